@@ -1,0 +1,115 @@
+"""The ``cast`` command line.
+
+Kept import-light on purpose: ``cast --help`` must not import torch. Sub-commands import what they
+need inside their function bodies. Plugins add commands through the ``register_commands`` hook.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from cast_core.errors import CastError, PluginError
+from cast_core.plugins import PluginFailure, failures, load_plugins, pm, record_failure, source_of
+from cast_core.version import __version__
+
+
+class CastGroup(click.Group):
+    """A click group that prints cast's deliberate errors as one line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CastError as err:
+            raise click.ClickException(str(err)) from err
+
+
+@click.group(cls=CastGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="cast", message="%(prog)s %(version)s")
+def cli() -> None:
+    """cast — RL fine-tuning of flow-matching text-to-image models with CAST.
+
+    Components (policies, scorers, decomposers, window selectors, projectors, recipes) come
+    from plugins; `cast plugins` lists what is installed.
+    """
+
+
+#: plugin name -> commands it added (filled by install_plugin_commands)
+PLUGIN_COMMANDS: dict[str, list[str]] = {}
+_installed = {"done": False}
+
+
+def install_plugin_commands(group: click.Group = cli) -> None:
+    """Run every ``register_commands`` hook once; a plugin whose hook raises is recorded as failed."""
+    if _installed["done"]:
+        return
+    _installed["done"] = True
+    load_plugins()
+    for impl in pm.hook.register_commands.get_hookimpls():
+        before = dict(group.commands)
+        source = source_of(impl.plugin_name)
+        try:
+            impl.function(**({"cli": group} if "cli" in impl.argnames else {}))
+        except Exception as err:  # noqa: BLE001 - one plugin's bug must not take the CLI down
+            group.commands.clear()
+            group.commands.update(before)
+            record_failure(
+                PluginFailure(source.entry_point, source.distribution, source.version, f"register_commands raised {type(err).__name__}: {err}"),
+                err,
+            )
+            continue
+        replaced = [n for n, c in before.items() if group.commands.get(n) is not c]
+        if replaced:
+            group.commands.update(before)
+            raise PluginError(f"{source.distribution} tried to replace the existing command(s) {', '.join(replaced)}")
+        added = sorted(set(group.commands) - set(before))
+        if added:
+            PLUGIN_COMMANDS[impl.plugin_name] = added
+
+
+@cli.command("plugins")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def plugins_command(as_json: bool) -> None:
+    """List installed plugin distributions, their components, and plugins that failed to load."""
+    from cast_core.inventory import inventory
+
+    data = inventory(PLUGIN_COMMANDS)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="cast plugins", show_lines=False)
+    for col in ("distribution", "version", "kind", "components"):
+        table.add_column(col)
+    for entry in data["plugins"]:
+        kinds = entry["components"] or {"": []}
+        for i, (kind, names) in enumerate(kinds.items()):
+            table.add_row(entry["name"] if i == 0 else "", entry["version"] if i == 0 else "", kind, ", ".join(names) or "(none yet)")
+    console.print(table)
+    for f in data["failed"]:
+        console.print(f"[red]failed:[/red] {f['name']} from {f['distribution']} {f['version']}: {f['error']}", markup=True, highlight=False)
+
+
+def _warn_failures() -> None:
+    for f in failures():
+        click.echo(
+            f"cast: warning: skipped {f.describe()}. See `cast plugins`; CAST_STRICT_PLUGINS=1 makes this an error.",
+            err=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: load plugins, add their commands, run."""
+    try:
+        install_plugin_commands(cli)
+    except CastError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(1)
+    _warn_failures()
+    cli.main(args=argv, prog_name="cast")

@@ -1,0 +1,38 @@
+"""Every error cast raises on purpose derives from :class:`CastError`.
+
+One root class lets the CLI turn any of them into a single clean line (no traceback) while
+programming errors still surface as tracebacks.
+"""
+
+from __future__ import annotations
+
+
+class CastError(Exception):
+    """Base class of the errors cast raises deliberately; the CLI prints them as one line."""
+
+
+class PluginError(CastError):
+    """A plugin is broken or misbehaves (bad registration, wrong type, ...)."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin's entry point failed to import (raised only in strict mode)."""
+
+
+class DuplicateComponentError(PluginError):
+    """Two providers registered the same component name for the same kind."""
+
+
+class ComponentTypeError(PluginError, TypeError):
+    """A factory built an object that does not satisfy its kind's protocol."""
+
+
+class UnknownComponentError(CastError, KeyError):
+    """No component of that kind is registered under the requested name."""
+
+    def __str__(self) -> str:  # KeyError would otherwise print the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class SceneGraphError(CastError, ValueError):
+    """A scene graph is malformed; the message names the offending atom or entity."""

@@ -1,0 +1,124 @@
+"""The five component kinds every plugin implements, as runtime-checkable Protocols.
+
+They are deliberately architecture-neutral: core never learns about UNets, VAEs or tokenizers, so
+a new backbone or judge is one plugin away. ``isinstance(obj, AtomScorer)`` only checks that the
+members exist; the behavioural contract is enforced by the conformance kits in
+:mod:`cast_core.testing`, which a plugin's tests subclass.
+
+The data types the protocols exchange are re-exported here so a plugin author needs one import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
+
+from cast_core.scene_graph import ATOM_KINDS, RELATION_SKILLS, Atom, Entity, SceneGraph
+from cast_core.types import AdvantageMap, AtomScores, Recipe, Rollout, Window
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
+    import torch
+
+__all__ = [
+    "Policy", "WindowSelector", "AtomDecomposer", "AtomScorer", "AdvantageProjector",
+    "PROTOCOLS", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout",
+    "AdvantageMap", "Recipe", "ATOM_KINDS", "RELATION_SKILLS",
+]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A flow-matching text-to-image model seen as a velocity field ``v = ε − x0``.
+
+    Latents are packed sequences ``[B, N, C]`` (N = h*w of :meth:`latent_grid`); guidance
+    (distilled or true CFG) happens inside :meth:`velocity`, so the policy *is* the guided field.
+    Trainable parameters are the adapter (e.g. LoRA); :meth:`reference` switches it off.
+    """
+
+    default_image_size: tuple[int, int]
+
+    def encode(self, prompts: Sequence[str]) -> Any:
+        """Text conditioning for ``prompts`` (opaque to core; passed back to ``velocity``)."""
+
+    def sigmas(self, num_steps: int, image_size: tuple[int, int] | None = None) -> "torch.Tensor":
+        """The ``num_steps + 1`` noise levels, descending from ~1 and ending in exactly 0."""
+
+    def initial_noise(
+        self, n: int, image_size: tuple[int, int] | None = None, generator: "torch.Generator | None" = None
+    ) -> "torch.Tensor":
+        """``n`` standard-normal starting latents ``[n, N, C]`` drawn from ``generator``."""
+
+    def velocity(self, latents: "torch.Tensor", sigma: "torch.Tensor", cond: Any) -> "torch.Tensor":
+        """The (guided) velocity at ``latents`` and noise level ``sigma`` (scalar or ``[B]``)."""
+
+    def decode(self, latents: "torch.Tensor", image_size: tuple[int, int] | None = None) -> "torch.Tensor":
+        """Images ``[B, 3, H, W]`` in ``[0, 1]`` from clean latents."""
+
+    def latent_grid(self, image_size: tuple[int, int] | None = None) -> tuple[int, int]:
+        """``(h, w)`` of the latent positions: position ``i`` covers row ``i // w``, column
+        ``i % w`` of an even ``h × w`` tiling of the image."""
+
+    def trainable_parameters(self) -> Iterable["torch.nn.Parameter"]:
+        """The parameters RL updates (the adapter), all with ``requires_grad``."""
+
+    def reference(self) -> ContextManager[None]:
+        """Context in which :meth:`velocity` is the adapter-free reference model (for KL)."""
+
+    def save_adapter(self, directory: "str | Path") -> None:
+        """Write the adapter weights (safetensors) into ``directory``."""
+
+    def load_adapter(self, directory: "str | Path") -> None:
+        """Load adapter weights written by :meth:`save_adapter`."""
+
+
+@runtime_checkable
+class WindowSelector(Protocol):
+    """Chooses the denoising steps that get SDE exploration noise."""
+
+    def select(self, policy: Policy, prompts: Sequence[str], num_steps: int) -> Window:
+        """The window for a schedule of ``num_steps`` steps; diagnostics go in
+        ``Window.diagnostics``."""
+
+
+@runtime_checkable
+class AtomDecomposer(Protocol):
+    """Turns a prompt into a validated :class:`SceneGraph`."""
+
+    def decompose(self, prompt: str) -> SceneGraph:
+        """The prompt's scene graph (DESIGN §3.1); raise ``SceneGraphError`` on bad input."""
+
+
+@runtime_checkable
+class AtomScorer(Protocol):
+    """Scores every atom of every image on its own, in ``[0, 1]``, optionally with heatmaps."""
+
+    def score(
+        self, images: "torch.Tensor", graphs: Sequence[SceneGraph], heatmaps: bool = False
+    ) -> AtomScores:
+        """``images[i]`` is judged against ``graphs[i]``; heatmaps on the image grid if asked."""
+
+
+@runtime_checkable
+class AdvantageProjector(Protocol):
+    """Turns one prompt group's atom scores into per-position advantages on the latent grid."""
+
+    def project(
+        self,
+        scores: "torch.Tensor",
+        heatmaps: "torch.Tensor | None",
+        graph: SceneGraph,
+        latent_grid: tuple[int, int],
+    ) -> AdvantageMap:
+        """``scores`` is ``[G, K]`` (G images of one prompt, K atoms of ``graph``), ``heatmaps``
+        ``[G, K, H, W]`` or None; returns an :class:`AdvantageMap` with values ``[G, h, w]``."""
+
+
+#: kind name (as used by the registry, CLI and JSON) -> protocol
+PROTOCOLS: dict[str, type] = {
+    "policy": Policy,
+    "window_selector": WindowSelector,
+    "atom_decomposer": AtomDecomposer,
+    "atom_scorer": AtomScorer,
+    "advantage_projector": AdvantageProjector,
+}

@@ -1,0 +1,182 @@
+"""Name -> factory tables per component kind, built from the plugin hooks on demand.
+
+Every registration is attributed to the plugin (and distribution) that made it, so a duplicate
+name can name both providers and a factory that builds the wrong kind of object can be blamed
+precisely ("constant from cast-core is not an AtomScorer").
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from cast_core.errors import ComponentTypeError, DuplicateComponentError, PluginError, UnknownComponentError
+from cast_core.plugins import PluginFailure, load_plugins, pm, record_failure, source_of
+from cast_core.protocols import PROTOCOLS
+from cast_core.types import Recipe
+
+NAME_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+
+
+@dataclass(frozen=True)
+class Kind:
+    key: str  # JSON / registry key
+    hook: str  # hookspec name
+    label: str  # what users call it in messages and CLI flags
+    protocol: type | None  # None for recipes (checked by type instead)
+
+
+KINDS: dict[str, Kind] = {
+    "policy": Kind("policy", "register_policies", "policy", PROTOCOLS["policy"]),
+    "window_selector": Kind("window_selector", "register_window_selectors", "window selector", PROTOCOLS["window_selector"]),
+    "atom_decomposer": Kind("atom_decomposer", "register_atom_decomposers", "decomposer", PROTOCOLS["atom_decomposer"]),
+    "atom_scorer": Kind("atom_scorer", "register_atom_scorers", "scorer", PROTOCOLS["atom_scorer"]),
+    "advantage_projector": Kind("advantage_projector", "register_advantage_projectors", "projector", PROTOCOLS["advantage_projector"]),
+    "recipe": Kind("recipe", "register_recipes", "recipe", None),
+}
+
+
+@dataclass(frozen=True)
+class Registration:
+    kind: str
+    name: str
+    factory: Any  # a factory callable, or the Recipe itself for kind "recipe"
+    plugin: str
+    distribution: str
+    description: str = ""
+
+
+def _kind(kind: str) -> Kind:
+    try:
+        return KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}") from None
+
+
+def registrations(kind: str) -> dict[str, Registration]:
+    """All registrations of ``kind`` keyed by name. Raises on duplicates; a plugin whose hook
+    raises is recorded as failed (or re-raised in strict mode) and skipped."""
+    spec = _kind(kind)
+    load_plugins()
+    table: dict[str, Registration] = {}
+    for impl in getattr(pm.hook, spec.hook).get_hookimpls():
+        source = source_of(impl.plugin_name)
+        found: dict[str, Registration] = {}
+
+        def register(name: str, factory: Any, *, description: str = "") -> None:
+            _check_registration(spec, name, factory, source.distribution)
+            if name in found or name in table:
+                first = found.get(name) or table[name]
+                raise DuplicateComponentError(
+                    f"{spec.label} {name!r} is registered twice: by {first.distribution} "
+                    f"(plugin {first.plugin}) and by {source.distribution} (plugin {impl.plugin_name}). "
+                    f"Uninstall one of them or restrict loading with CAST_LOAD_PLUGINS."
+                )
+            found[name] = Registration(kind, name, factory, impl.plugin_name, source.distribution, description)
+
+        register_fn: Callable[..., None] = register
+        if kind == "recipe":
+            register_fn = lambda name, recipe: register(name, recipe, description=recipe.description)  # noqa: E731
+        try:
+            impl.function(**({"register": register_fn} if "register" in impl.argnames else {}))
+        except PluginError:  # our own checks (names, duplicates, types) are errors, not skips
+            raise
+        except Exception as err:  # noqa: BLE001 - a plugin's bug must not break the others
+            record_failure(
+                PluginFailure(source.entry_point, source.distribution, source.version, f"{spec.hook} raised {type(err).__name__}: {err}"),
+                err,
+            )
+            continue
+        table.update(found)
+    return table
+
+
+def _check_registration(spec: Kind, name: Any, factory: Any, dist: str) -> None:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise PluginError(
+            f"{dist} registered a {spec.label} named {name!r}; names must be lowercase kebab-case "
+            f"such as 'soft-tifa'"
+        )
+    if spec.protocol is None:
+        if not isinstance(factory, Recipe):
+            raise PluginError(f"recipe {name!r} from {dist} is a {type(factory).__name__}, not a cast_core.Recipe")
+    elif not callable(factory):
+        raise PluginError(f"{spec.label} {name!r} from {dist}: the factory {factory!r} is not callable")
+
+
+def list_components(kind: str) -> list[str]:
+    return sorted(registrations(kind))
+
+
+def lookup(kind: str, name: str) -> Registration:
+    """The registration of ``name``, or an :class:`UnknownComponentError` listing the choices."""
+    spec = _kind(kind)
+    table = registrations(kind)
+    key = name.strip().lower()
+    if key in table:
+        return table[key]
+    choices = sorted(table)
+    if not choices:
+        raise UnknownComponentError(
+            f"Unknown {spec.label} {name!r}: no {spec.label} is registered. "
+            f"Install a plugin that provides one (see `cast plugins`)."
+        )
+    msg = f"Unknown {spec.label} {name!r}. Choose one of: {', '.join(choices)}."
+    close = difflib.get_close_matches(key, choices, n=1)
+    if close:
+        msg += f" Did you mean {close[0]!r}?"
+    raise UnknownComponentError(msg)
+
+
+def build(kind: str, name: str, **kwargs: Any) -> Any:
+    """Build component ``name`` of ``kind`` with ``kwargs`` and check it against its protocol."""
+    reg = lookup(kind, name)
+    spec = KINDS[kind]
+    if spec.protocol is None:
+        return reg.factory
+    obj = reg.factory(**kwargs)
+    if not isinstance(obj, spec.protocol):
+        missing = [m for m in protocol_members(spec.protocol) if not hasattr(obj, m)]
+        raise ComponentTypeError(
+            f"{reg.name} from {reg.distribution} is not an {spec.protocol.__name__}"
+            + (f": it lacks {', '.join(missing)}" if missing else "")
+        )
+    return obj
+
+
+def protocol_members(protocol: type) -> list[str]:
+    """The attribute and method names a runtime-checkable protocol requires."""
+    names: list[str] = []
+    for klass in protocol.__mro__:
+        if klass is object or klass.__name__ in ("Protocol", "Generic"):
+            continue
+        for attr in list(getattr(klass, "__annotations__", {})) + list(vars(klass)):
+            if not attr.startswith("_") and attr not in names:
+                names.append(attr)
+    return names
+
+
+def get_policy(name: str, **kwargs: Any) -> Any:
+    return build("policy", name, **kwargs)
+
+
+def get_window_selector(name: str, **kwargs: Any) -> Any:
+    return build("window_selector", name, **kwargs)
+
+
+def get_atom_decomposer(name: str, **kwargs: Any) -> Any:
+    return build("atom_decomposer", name, **kwargs)
+
+
+def get_atom_scorer(name: str, **kwargs: Any) -> Any:
+    return build("atom_scorer", name, **kwargs)
+
+
+def get_advantage_projector(name: str, **kwargs: Any) -> Any:
+    return build("advantage_projector", name, **kwargs)
+
+
+def get_recipe(name: str) -> Recipe:
+    return build("recipe", name)

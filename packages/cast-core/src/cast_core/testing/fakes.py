@@ -1,0 +1,155 @@
+"""Small, real components for tests and examples (registered as the built-ins ``fake`` and
+``constant``). They are tiny, not pretend: the fake policy is a genuine linear velocity field
+with a low-rank adapter, so samplers, losses and trainers can be tested against it exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from cast_core.scene_graph import Atom, Entity, SceneGraph
+from cast_core.types import AtomScores
+
+ADAPTER_FILE = "adapter.safetensors"
+
+
+def _word_vector(word: str, dim: int, seed: int) -> torch.Tensor:
+    # md5, not hash(): Python's str hash is salted per process, and conditioning must be stable.
+    digest = hashlib.md5(f"{seed}:{word}".encode()).digest()
+    gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little"))
+    return torch.randn(dim, generator=gen)
+
+
+class FakePolicy:
+    """A linear velocity field on patchified pixels.
+
+    ``v(x, σ, c) = x·(M + B·A)ᵀ + (1 + σ)·c + P + ΔP`` where ``x`` is ``[B, N, C]`` (``N`` patches
+    of ``patch×patch`` RGB pixels, ``C = 3·patch²``), ``c`` a bag-of-words text vector, ``M`` and
+    the position bias ``P`` are frozen random, and the adapter is a rank-``rank`` update ``B·A``
+    (``B`` starts at zero) plus a per-position bias ``ΔP`` (starts at zero) so an RL signal that
+    differs across the image can be learned.
+    """
+
+    target_modules = ("velocity_proj",)
+
+    def __init__(self, image_size: tuple[int, int] = (16, 16), patch: int = 4, rank: int = 2, seed: int = 0):
+        h, w = image_size
+        if h % patch or w % patch:
+            raise ValueError(f"image_size {image_size} must be divisible by patch={patch}")
+        self.default_image_size = (h, w)
+        self.patch, self.seed = patch, seed
+        self.channels = 3 * patch * patch
+        n = (h // patch) * (w // patch)
+        gen = torch.Generator().manual_seed(seed)
+        c = self.channels
+        self.weight = 0.1 * torch.randn(c, c, generator=gen) / c**0.5
+        self.position_bias = 0.1 * torch.randn(n, c, generator=gen)
+        self.lora_A = torch.nn.Parameter(0.1 * torch.randn(rank, c, generator=gen))
+        self.lora_B = torch.nn.Parameter(torch.zeros(c, rank))
+        self.position_delta = torch.nn.Parameter(torch.zeros(n, c))
+        self._adapter_on = True
+
+    # -- Policy protocol ---------------------------------------------------------------------
+    def encode(self, prompts: Sequence[str]) -> torch.Tensor:
+        vecs = []
+        for prompt in prompts:
+            words = prompt.lower().split() or [""]
+            vecs.append(torch.stack([_word_vector(wd, self.channels, self.seed) for wd in words]).mean(0))
+        return torch.stack(vecs)
+
+    def sigmas(self, num_steps: int, image_size: tuple[int, int] | None = None) -> torch.Tensor:
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        return torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float32)
+
+    def latent_grid(self, image_size: tuple[int, int] | None = None) -> tuple[int, int]:
+        h, w = self._size(image_size)
+        return h // self.patch, w // self.patch
+
+    def initial_noise(self, n: int, image_size=None, generator: torch.Generator | None = None) -> torch.Tensor:
+        gh, gw = self.latent_grid(image_size)
+        return torch.randn(n, gh * gw, self.channels, generator=generator)
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor | float, cond: torch.Tensor) -> torch.Tensor:
+        sigma = torch.as_tensor(sigma, dtype=latents.dtype).reshape(-1, 1, 1)
+        weight = self.weight + (self.lora_B @ self.lora_A if self._adapter_on else 0.0)
+        bias = self.position_bias + (self.position_delta if self._adapter_on else 0.0)
+        return latents @ weight.T + (1.0 + sigma) * cond[:, None, :] + bias
+
+    def decode(self, latents: torch.Tensor, image_size: tuple[int, int] | None = None) -> torch.Tensor:
+        h, w = self._size(image_size)
+        b, p = latents.shape[0], self.patch
+        x = latents.reshape(b, h // p, w // p, 3, p, p).permute(0, 3, 1, 4, 2, 5).reshape(b, 3, h, w)
+        return ((x + 1.0) / 2.0).clamp(0.0, 1.0)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [self.lora_A, self.lora_B, self.position_delta]
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        previous, self._adapter_on = self._adapter_on, False
+        try:
+            yield
+        finally:
+            self._adapter_on = previous
+
+    def save_adapter(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        tensors = {name: p.detach().contiguous() for name, p in self._adapter().items()}
+        save_file(tensors, str(directory / ADAPTER_FILE), metadata={"policy": "fake"})
+
+    def load_adapter(self, directory: str | Path) -> None:
+        path = Path(directory) / ADAPTER_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"no adapter at {path}; expected a directory written by save_adapter")
+        tensors = load_file(str(path))
+        for name, param in self._adapter().items():
+            if name not in tensors or tensors[name].shape != param.shape:
+                raise ValueError(
+                    f"{path}: tensor {name!r} missing or shaped {tuple(tensors.get(name, torch.empty(0)).shape)}, "
+                    f"expected {tuple(param.shape)} — was it saved by a FakePolicy of another size?"
+                )
+            with torch.no_grad():
+                param.copy_(tensors[name])
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _adapter(self) -> dict[str, torch.nn.Parameter]:
+        return {"lora_A": self.lora_A, "lora_B": self.lora_B, "position_delta": self.position_delta}
+
+    def _size(self, image_size: tuple[int, int] | None) -> tuple[int, int]:
+        if image_size is not None and tuple(image_size) != self.default_image_size:
+            raise ValueError(f"FakePolicy was built for {self.default_image_size}, asked for {tuple(image_size)}")
+        return self.default_image_size
+
+
+class ConstantScorer:
+    """Gives every atom the same score and a flat heatmap: a scorer with no opinion, useful to
+    check that the rest of the pipeline yields zero advantages when nothing differs."""
+
+    def __init__(self, value: float = 0.5):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"ConstantScorer value must be in [0, 1], got {value}")
+        self.value = float(value)
+
+    def score(self, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
+        if len(images) != len(graphs):
+            raise ValueError(f"got {len(images)} images but {len(graphs)} scene graphs")
+        h, w = images.shape[-2:]
+        scores = [torch.full((len(g.atoms),), self.value) for g in graphs]
+        maps = [torch.ones(len(g.atoms), h, w) for g in graphs] if heatmaps else None
+        return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps)
+
+
+def simple_graph(prompt: str = "a red circle", noun: str = "circle", colour: str | None = "red", count: int = 1) -> SceneGraph:
+    """A one-entity graph (object, count and optionally colour atoms) for tests."""
+    atoms = [Atom("a1", "object", "e1"), Atom("a2", "count", "e1", ("a1",), value=count)]
+    if colour:
+        atoms.append(Atom("a3", "attribute", "e1", ("a1",), value=colour))
+    return SceneGraph(prompt, (Entity("e1", noun, count),), tuple(atoms)).validate()

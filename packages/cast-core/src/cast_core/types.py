@@ -1,0 +1,128 @@
+"""Plain data that flows between components: windows, atom scores, rollouts, advantage maps.
+
+These are dataclasses, not classes with behaviour, so any plugin can build them without
+inheriting from cast. Tensors are ``torch.Tensor``; torch is only imported for type checking so
+that importing this module (e.g. from ``cast --help``) stays cheap.
+
+Shape conventions used throughout cast (B = batch of images, K = atoms of the graph,
+N = latent positions = h*w of ``Policy.latent_grid``, C = latent channels, T = window steps):
+
+* latents are **packed token sequences** ``[B, N, C]`` in row-major order over the latent grid,
+  the layout diffusers' FLUX.2 and Qwen-Image pipelines use;
+* images are ``[B, 3, H, W]`` floats in ``[0, 1]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from cast_core.scene_graph import SceneGraph
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+@dataclass(frozen=True)
+class Window:
+    """The denoising steps where SDE exploration noise is injected: ``start, start+1, ...,
+    start+size-1`` (0-based indices into the schedule's steps). ``diagnostics`` carries whatever
+    the selector measured (the curve, the knee, the reason) and is excluded from equality."""
+
+    start: int
+    size: int
+    diagnostics: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.start < 0 or self.size < 0:
+            raise ValueError(f"Window(start={self.start}, size={self.size}): both must be >= 0")
+
+    @property
+    def end(self) -> int:
+        """One past the last step of the window."""
+        return self.start + self.size
+
+    @property
+    def steps(self) -> range:
+        return range(self.start, self.end)
+
+    def __contains__(self, step: object) -> bool:
+        return isinstance(step, int) and self.start <= step < self.end
+
+    def check_fits(self, num_steps: int) -> "Window":
+        """Raise if the window does not fit a schedule of ``num_steps`` steps."""
+        if self.end > num_steps:
+            raise ValueError(
+                f"window steps {self.start}..{self.end - 1} do not fit a schedule of "
+                f"{num_steps} steps (last step is {num_steps - 1})"
+            )
+        return self
+
+
+@dataclass
+class AtomScores:
+    """What an :class:`~cast_core.protocols.AtomScorer` returns for a batch of images.
+
+    ``scores[i]`` is a float tensor ``[K_i]`` in ``[0, 1]`` aligned with ``graphs[i].atoms``;
+    ``heatmaps[i]`` (when requested) is ``[K_i, H, W]``, non-negative, on the image grid — where
+    the judge looked for each atom. A missing object gets a flat map.
+    """
+
+    graphs: list[SceneGraph]
+    scores: list["torch.Tensor"]
+    heatmaps: list["torch.Tensor"] | None = None
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def as_dict(self, i: int) -> dict[str, float]:
+        """``{atom_id: score}`` of image ``i`` — handy for logs and reports."""
+        return {a.id: float(s) for a, s in zip(self.graphs[i].atoms, self.scores[i])}
+
+
+@dataclass
+class Rollout:
+    """Everything a training step needs from sampling a batch.
+
+    Per image: the window-step states ``latents[:, t]`` and their successors
+    ``next_latents[:, t]`` (``[B, T, N, C]``), the sampling-time per-position log-probs
+    ``log_probs`` (``[B, T, N]``), the sigmas of those steps, the conditioning used, the decoded
+    images, and optionally the Tweedie ``x̂0`` at every step (for window selection).
+    """
+
+    prompts: list[str]
+    images: "torch.Tensor"
+    sigmas: "torch.Tensor"
+    step_indices: list[int]
+    latents: "torch.Tensor | None" = None
+    next_latents: "torch.Tensor | None" = None
+    log_probs: "torch.Tensor | None" = None
+    conditioning: Any = None
+    window: Window | None = None
+    x0: "torch.Tensor | None" = None
+    final_latents: "torch.Tensor | None" = None
+
+
+@dataclass
+class AdvantageMap:
+    """Per-image advantages on the policy's latent grid: ``values`` is ``[G, h, w]``;
+    ``prompt_advantages`` the scalar ``Âg`` per image (``[G]``); ``stats`` what to log."""
+
+    values: "torch.Tensor"
+    prompt_advantages: "torch.Tensor"
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A named bundle of defaults a plugin recommends: which component of each kind to use and
+    hyper-parameters (``settings``, flat ``key -> value``, overridable with ``--set key=value``).
+    ``None`` means "no recommendation, use the trainer's default"."""
+
+    policy: str | None = None
+    scorer: str | None = None
+    window: str | None = None
+    decomposer: str | None = None
+    projector: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
