@@ -39,14 +39,14 @@ def cli() -> None:
 
 #: plugin name -> commands it added (filled by install_plugin_commands)
 PLUGIN_COMMANDS: dict[str, list[str]] = {}
-_installed = {"done": False}
+_installed: set[int] = set()
 
 
 def install_plugin_commands(group: click.Group = cli) -> None:
-    """Run every ``register_commands`` hook once; a plugin whose hook raises is recorded as failed."""
-    if _installed["done"]:
+    """Run every ``register_commands`` hook once per group; a hook that raises is recorded as failed."""
+    if id(group) in _installed:
         return
-    _installed["done"] = True
+    _installed.add(id(group))
     load_plugins()
     for impl in pm.hook.register_commands.get_hookimpls():
         before = dict(group.commands)

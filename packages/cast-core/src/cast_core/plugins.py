@@ -74,7 +74,7 @@ def _allowed_distributions() -> set[str] | None:
     raw = os.environ.get("CAST_LOAD_PLUGINS")
     if raw is None:
         return None
-    return {normalize_distribution(p) for p in raw.split(",") if p.strip()}
+    return {normalize_distribution(p.strip()) for p in raw.split(",") if p.strip()}
 
 
 def record_failure(failure: PluginFailure, err: BaseException) -> None:

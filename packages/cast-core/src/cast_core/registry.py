@@ -78,7 +78,7 @@ def registrations(kind: str) -> dict[str, Registration]:
 
         register_fn: Callable[..., None] = register
         if kind == "recipe":
-            register_fn = lambda name, recipe: register(name, recipe, description=recipe.description)  # noqa: E731
+            register_fn = lambda name, recipe: register(name, recipe, description=getattr(recipe, "description", ""))  # noqa: E731
         try:
             impl.function(**({"register": register_fn} if "register" in impl.argnames else {}))
         except PluginError:  # our own checks (names, duplicates, types) are errors, not skips
