@@ -133,7 +133,7 @@ class SceneGraph:
             entity_ids.add(e.id)
             if not isinstance(e.noun, str) or not e.noun.strip():
                 raise SceneGraphError(f"{where}: entity {e.id!r} has no noun")
-            if isinstance(e.count, bool) or not isinstance(e.count, int) or e.count < 0:
+            if not _is_count(e.count):
                 raise SceneGraphError(
                     f"{where}: entity {e.id!r} has count {e.count!r}; expected an integer >= 0"
                 )
@@ -172,9 +172,7 @@ class SceneGraph:
                 )
             if p == a.id:
                 raise SceneGraphError(f"{name} lists itself as its parent")
-        if a.kind == "count" and (
-            isinstance(a.value, bool) or not isinstance(a.value, int) or a.value < 0
-        ):
+        if a.kind == "count" and not _is_count(a.value):
             raise SceneGraphError(f"{name} is a count atom with value {a.value!r}; expected an integer >= 0")
         if a.kind in ("attribute", "relation") and (not isinstance(a.value, str) or not a.value):
             raise SceneGraphError(f"{name} is a {a.kind} atom without a text value")
@@ -277,6 +275,10 @@ class SceneGraph:
                 f"scene graph JSON is invalid at line {err.lineno}, column {err.colno}: {err.msg}"
             ) from None
         return cls.from_dict(data)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _list(data: Mapping[str, Any], key: str, prompt: str) -> Iterable[Any]:
