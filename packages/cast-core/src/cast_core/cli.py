@@ -96,6 +96,18 @@ def plugins_command(as_json: bool) -> None:
         console.print(f"[red]failed:[/red] {f['name']} from {f['distribution']} {f['version']}: {f['error']}", markup=True, highlight=False)
 
 
+def _add_core_commands() -> None:
+    # Each command lives in its own module; importing them is cheap (click only at module level).
+    from cast_core.commands.decompose import decompose_command
+    from cast_core.commands.score import score_command
+
+    for command in (decompose_command, score_command):
+        cli.add_command(command)
+
+
+_add_core_commands()
+
+
 def _warn_failures() -> None:
     for f in failures():
         click.echo(

@@ -1,0 +1,48 @@
+"""Reading user inputs (prompt files, images) with errors that say where and how to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cast_core.errors import CastError
+
+
+class InputError(CastError):
+    """A user-supplied file is missing or malformed."""
+
+
+def read_prompt_file(path: str | Path) -> list[tuple[str, str]]:
+    """``[(location, prompt)]`` from a text file: one prompt a line; blank lines and lines
+    starting with ``#`` are skipped. ``location`` is ``file:line`` for error messages."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"prompt file {path} does not exist") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"prompt file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        prompt = line.strip()
+        if prompt and not prompt.startswith("#"):
+            out.append((f"{path}:{lineno}", prompt))
+    if not out:
+        raise InputError(f"prompt file {path} has no prompts (one a line; '#' starts a comment)")
+    return out
+
+
+def load_image(path: str | Path):
+    """An image file as a float tensor ``[3, H, W]`` in ``[0, 1]`` (alpha dropped, grey expanded)."""
+    import numpy as np
+    import torch
+    from PIL import Image, UnidentifiedImageError
+
+    path = Path(path)
+    try:
+        with Image.open(path) as img:
+            rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    except FileNotFoundError:
+        raise InputError(f"image {path} does not exist") from None
+    except UnidentifiedImageError:
+        raise InputError(f"{path} is not an image Pillow can read (PNG, JPEG, WebP, ...)") from None
+    return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()

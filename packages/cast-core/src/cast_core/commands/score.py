@@ -1,0 +1,65 @@
+"""``cast score``: judge image files against a prompt, atom by atom."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+DEFAULT_SCORER = "shapes-oracle"
+DEFAULT_DECOMPOSER = "template"
+
+
+@click.command("score")
+@click.argument("images", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--prompt", "-p", required=True, help="The prompt the images should show.")
+@click.option("--scorer", "-s", default=DEFAULT_SCORER, show_default=True, help="Registered atom scorer.")
+@click.option("--decomposer", "-d", default=DEFAULT_DECOMPOSER, show_default=True, help="Registered decomposer.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per image (JSON Lines).")
+@click.option("--heatmaps", "heatmap_dir", type=click.Path(file_okay=False), help="Write per-atom heatmap overlays here.")
+def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir) -> None:
+    """Score IMAGES against --prompt: per-atom scores, their AM (atom level) and GM (prompt level)."""
+    import torch
+
+    from cast_core.aggregate import arithmetic_mean, geometric_mean
+    from cast_core.commands.inputs import load_image
+    from cast_core.registry import get_atom_decomposer, get_atom_scorer
+
+    graph = get_atom_decomposer(decomposer).decompose(prompt)
+    judge = get_atom_scorer(scorer)
+    want_maps = heatmap_dir is not None
+    for path in images:
+        image = load_image(path)
+        out = judge.score(image[None], [graph], heatmaps=want_maps)
+        scores = [float(s) for s in out.scores[0]]
+        record = {
+            "image": str(path),
+            "prompt": prompt,
+            "atoms": [
+                {"id": a.id, "kind": a.kind, "question": a.question, "score": round(s, 6)}
+                for a, s in zip(graph.atoms, scores)
+            ],
+            "am": round(arithmetic_mean(scores), 6),
+            "gm": round(geometric_mean(scores), 6),
+        }
+        if want_maps:
+            from cast_core.viz import heatmap_grid
+
+            target = Path(heatmap_dir) / f"{Path(path).stem}.heatmaps.png"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            heatmap_grid(image, out.heatmaps[0], graph, torch.tensor(scores)).save(target)
+            record["heatmaps"] = str(target)
+        if as_json:
+            click.echo(json.dumps(record))
+        else:
+            _print_record(record)
+
+
+def _print_record(record: dict) -> None:
+    click.echo(f"{record['image']}: GM {record['gm']:.3f}  AM {record['am']:.3f}")
+    for atom in record["atoms"]:
+        mark = "PASS" if atom["score"] >= 0.5 else "FAIL"
+        click.echo(f"  {mark} {atom['score']:.3f}  {atom['id']} [{atom['kind']}] {atom['question'] or ''}")
+    if "heatmaps" in record:
+        click.echo(f"  heatmaps: {record['heatmaps']}")

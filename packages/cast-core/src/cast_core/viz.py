@@ -1,0 +1,52 @@
+"""Pictures people would rather look at than read: atom verdicts over heatmap overlays.
+
+Pillow only (no matplotlib), so it works wherever cast-core installs. Small images (the shapes
+world is 32×32) are upscaled with nearest-neighbour so pixels stay honest.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from PIL import Image
+
+    from cast_core.scene_graph import SceneGraph
+
+PASS_COLOUR = (20, 140, 40)
+FAIL_COLOUR = (200, 30, 30)
+
+
+def _to_pil(image: "torch.Tensor", scale: int) -> "Image.Image":
+    from PIL import Image
+
+    arr = (image.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round().astype("uint8")
+    pil = Image.fromarray(arr)
+    return pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST)
+
+
+def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneGraph", scores: "torch.Tensor", threshold: float = 0.5) -> "Image.Image":
+    """One row: the image, then each atom's heatmap as a red overlay, captioned with the atom,
+    its score and a PASS/FAIL verdict (``score >= threshold``)."""
+    import torch
+    from PIL import Image, ImageDraw
+
+    scale = max(1, 128 // max(image.shape[-2:]))
+    base = _to_pil(image, scale)
+    tile_w, tile_h, caption = base.width, base.height, 28
+    canvas = Image.new("RGB", (tile_w * (len(graph.atoms) + 1), tile_h + caption), "white")
+    canvas.paste(base, (0, 0))
+    draw = ImageDraw.Draw(canvas)
+    draw.text((2, tile_h + 2), "image", fill=(0, 0, 0))
+    for k, (atom, score) in enumerate(zip(graph.atoms, scores.tolist()), 1):
+        m = heatmaps[k - 1].detach().float()
+        m = m / m.max() if float(m.max()) > 0 else m
+        red = torch.tensor([1.0, 0.0, 0.0])[:, None, None].expand_as(image)
+        overlay = image.float() * (1 - 0.6 * m) + red * 0.6 * m
+        canvas.paste(_to_pil(overlay, scale), (k * tile_w, 0))
+        ok = score >= threshold
+        label = f"{atom.id} {atom.kind}" + (f" {atom.value}" if atom.value is not None else "")
+        draw.text((k * tile_w + 2, tile_h + 2), label[: tile_w // 6], fill=(0, 0, 0))
+        draw.text((k * tile_w + 2, tile_h + 14), f"{'PASS' if ok else 'FAIL'} {score:.2f}", fill=PASS_COLOUR if ok else FAIL_COLOUR)
+    return canvas

@@ -1,0 +1,95 @@
+"""`cast decompose` and `cast score` against test components (the real ones are plugins)."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+from cast_core import hookimpl
+from cast_core.aggregate import arithmetic_mean, geometric_mean
+from cast_core.cli import cli
+from cast_core.testing import ConstantScorer
+from helpers import WordsDecomposer
+
+
+class Components:
+    @hookimpl
+    def register_atom_decomposers(self, register):
+        register("words", WordsDecomposer)
+
+    @hookimpl
+    def register_atom_scorers(self, register):
+        register("quarter", lambda: ConstantScorer(0.25))
+
+
+@pytest.fixture
+def components(add_plugin):
+    add_plugin(Components())
+
+
+def test_decompose_json_lines(components, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# comment\ncat dog\n\nbird\n")
+    out = CliRunner().invoke(cli, ["decompose", "fish", "--file", str(prompts), "-d", "words", "--json"])
+    assert out.exit_code == 0, out.output
+    graphs = [json.loads(line) for line in out.output.splitlines()]
+    assert [g["prompt"] for g in graphs] == ["fish", "cat dog", "bird"]
+    assert [e["noun"] for e in graphs[1]["entities"]] == ["cat", "dog"]
+
+
+def test_decompose_reports_failures_with_their_line(add_plugin, tmp_path):
+    class Picky:
+        @hookimpl
+        def register_atom_decomposers(self, register):
+            register("picky", WordsDecomposer)
+
+    add_plugin(Picky())
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("ok\n\n   \n")  # one prompt, then a prompt that is all spaces is skipped
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# nothing\n")
+    out = CliRunner().invoke(cli, ["decompose", "--file", str(empty), "-d", "picky"])
+    assert out.exit_code == 1 and f"prompt file {empty} has no prompts" in out.output
+    out = CliRunner().invoke(cli, ["decompose", "--file", str(tmp_path / "nope.txt"), "-d", "picky"])
+    assert out.exit_code == 1 and "does not exist" in out.output
+
+
+def test_decompose_unknown_decomposer_lists_choices(components):
+    out = CliRunner().invoke(cli, ["decompose", "a cat", "-d", "wrds"])
+    assert out.exit_code == 1 and "Unknown decomposer 'wrds'. Choose one of: words. Did you mean 'words'?" in out.output
+
+
+def test_score_json_and_heatmaps(components, tmp_path):
+    img = tmp_path / "red.png"
+    Image.fromarray(np.full((8, 8, 3), (255, 0, 0), dtype=np.uint8)).save(img)
+    out = CliRunner().invoke(
+        cli, ["score", str(img), "--prompt", "cat dog", "-s", "quarter", "-d", "words", "--json", "--heatmaps", str(tmp_path / "maps")]
+    )
+    assert out.exit_code == 0, out.output
+    record = json.loads(out.output)
+    assert record["prompt"] == "cat dog" and len(record["atoms"]) == 4
+    assert {a["score"] for a in record["atoms"]} == {0.25}
+    assert record["am"] == 0.25 and record["gm"] == 0.25
+    grid = Image.open(record["heatmaps"])
+    assert grid.size == (5 * 128, 128 + 28)  # the image + one tile per atom, 16x upscaled, captions
+
+
+def test_score_human_output_and_bad_image(components, tmp_path):
+    bad = tmp_path / "notes.png"
+    bad.write_text("not an image")
+    out = CliRunner().invoke(cli, ["score", str(bad), "-p", "cat", "-s", "quarter", "-d", "words"])
+    assert out.exit_code == 1 and "is not an image Pillow can read" in out.output
+    img = tmp_path / "ok.png"
+    Image.fromarray(np.zeros((4, 4, 3), dtype=np.uint8)).save(img)
+    out = CliRunner().invoke(cli, ["score", str(img), "-p", "cat", "-s", "quarter", "-d", "words"])
+    assert out.exit_code == 0 and "GM 0.250" in out.output and "FAIL 0.250" in out.output
+
+
+def test_means_follow_soft_tifa():
+    assert arithmetic_mean([1.0, 0.5]) == 0.75
+    assert geometric_mean([1.0, 0.25]) == pytest.approx(0.5)
+    assert geometric_mean([0.9, 0.0, 1.0]) == 0.0
+    with pytest.raises(ValueError):
+        geometric_mean([])
