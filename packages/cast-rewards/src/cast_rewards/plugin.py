@@ -1,6 +1,16 @@
-"""Entry point of cast-rewards (`[project.entry-points.cast] rewards = "cast_rewards.plugin"`).
+"""Entry point of cast-rewards (``[project.entry-points.cast] rewards = "cast_rewards.plugin"``).
 
-Registers no components yet: an unbuilt component is simply not registered. When components
-land, this module names their factories with `cast_core.lazy` and keeps heavy imports out.
-Coming: the `template` decomposer (shapes-world issue, part 1), then `geneval2`, `llm` and the `soft-tifa` scorer.
+Only names and lazy factories live here, so loading the plugin imports nothing heavy.
+Not registered yet (unbuilt): the ``geneval2`` and ``llm`` decomposers, the ``soft-tifa`` scorer.
 """
+
+from cast_core import hookimpl, lazy
+
+
+@hookimpl
+def register_atom_decomposers(register):
+    register(
+        "template",
+        lazy("cast_rewards.template:TemplateDecomposer"),
+        description="GenEval 2-style prompts -> scene graphs by grammar (open vocabulary)",
+    )
