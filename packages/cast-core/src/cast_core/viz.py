@@ -27,7 +27,7 @@ def _to_pil(image: "torch.Tensor", scale: int) -> "Image.Image":
 
 
 def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneGraph", scores: "torch.Tensor", threshold: float = 0.5) -> "Image.Image":
-    """One row: the image, then each atom's heatmap as a red overlay, captioned with the atom,
+    """One row: the image, then each atom's heatmap (the rest of the image faded), captioned with the atom,
     its score and a PASS/FAIL verdict (``score >= threshold``)."""
     import torch
     from PIL import Image, ImageDraw
@@ -42,8 +42,9 @@ def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneG
     for k, (atom, score) in enumerate(zip(graph.atoms, scores.tolist()), 1):
         m = heatmaps[k - 1].detach().float()
         m = m / m.max() if float(m.max()) > 0 else m
-        red = torch.tensor([1.0, 0.0, 0.0])[:, None, None].expand_as(image)
-        overlay = image.float() * (1 - 0.6 * m) + red * 0.6 * m
+        # keep what the judge looked at, fade the rest to grey (tinting fails on red objects)
+        faded = 0.25 * image.float() + 0.75 * torch.full_like(image.float(), 0.8)
+        overlay = m * image.float() + (1 - m) * faded
         canvas.paste(_to_pil(overlay, scale), (k * tile_w, 0))
         ok = score >= threshold
         label = f"{atom.id} {atom.kind}" + (f" {atom.value}" if atom.value is not None else "")

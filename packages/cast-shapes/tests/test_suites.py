@@ -1,0 +1,92 @@
+"""Prompt suites: fixed, deterministic, sized, and train / held-out disjoint by construction."""
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from cast_shapes.grammar import parse_prompt, prompt_for, sample_scene
+from cast_shapes.suites import (
+    HARD_MIN_ATOMS, SUITE_NAMES, is_heldout, sample_scene_in_split, scene_split, split_key, suite,
+    suite_digest,
+)
+from cast_shapes.world import OPPOSITE, ObjectSpec, Relation, Scene, sample_layout
+
+PINNED = {'single': 'af2a620531894c88d52539cfee9759d91bb36e02058dfb0870e38185dc63b8c0', 'atoms-2': '0aca9096159a5fc51426b9d08766253f3551498dd67a156d0c2f41aa96b69b59', 'atoms-3': '2079a75c85f26f70fe17d4a856af59d58fcd752e34fca3f37d982ade280b7d46', 'atoms-4': '8511831df5c2e5cd902c179fe014efbfc00027fa0feedc9d38da1a33223e0668', 'atoms-5': 'd3355b955a97e196f06419f744cccfca4a90517fa6a1c08522538391c1b45d85', 'atoms-6': '90059c57f9356d2dd434fb88a5d4e1a5f3dda744e6898c0c0415e803f67eb8d5', 'atoms-7': '7a2c9c318a090556dfcf5523e394d6d4f3f569e0aa8b6a06b2a557cf1911e130', 'atoms-8': '3d84346c682675addfc664cb9422f2868ef4ba5513071f09e21815336dce19bf', 'train': '885cb06d2ac453026a176b0be67e755dce3474a4f80ae1163278bd9f5caed6e5', 'heldout': '609381aea5b5ab40bab68035263eb0664c6814ae48f65c56a201bcfaaf067325', 'heldout-hard': 'de9ee03789f41149b72540e6f56eb4559e46dcd91cb557709f2cbbe0b8fa6582'}
+
+SIZES = {"single": 21, "atoms-2": 12, "train": 660, "heldout": 110, "heldout-hard": 96,
+         **{f"atoms-{k}": 64 for k in range(3, 9)}}
+
+
+def test_suites_are_pinned():
+    """A changed suite makes published numbers incomparable: change PINNED only on purpose."""
+    assert {n: suite_digest(n) for n in SUITE_NAMES} == PINNED
+
+
+def test_suite_sizes_and_contents():
+    for name in SUITE_NAMES:
+        prompts = suite(name)
+        assert len(prompts) == SIZES[name] == len(set(prompts)), name
+        atoms = {parse_prompt(p).atom_count for p in prompts}
+        if name.startswith("atoms-"):
+            assert atoms == {int(name[6:])}
+    assert {parse_prompt(p).atom_count for p in suite("heldout-hard")} == set(range(HARD_MIN_ATOMS, 9))
+    assert set(suite("heldout-hard")) <= set(suite("heldout"))
+    assert all(len(parse_prompt(p).entities) == 1 and parse_prompt(p).n_objects == 1 for p in suite("single"))
+    with pytest.raises(ValueError, match="heldout-hard"):
+        suite("nope")
+
+
+def test_train_and_heldout_are_disjoint():
+    train = {n: suite(n) for n in SUITE_NAMES if n == "train" or n == "single" or n.startswith("atoms-")}
+    held = suite("heldout") + suite("heldout-hard")
+    assert all(is_heldout(p) for p in held)
+    for name, prompts in train.items():
+        assert not any(is_heldout(p) for p in prompts), name
+        assert not set(prompts) & set(held), name
+
+
+def test_split_ignores_wording_and_order():
+    a = Scene((ObjectSpec("circle", "red", 2), ObjectSpec("square", None, 1)), (Relation(0, "left of", 1),))
+    b = Scene((ObjectSpec("square", None, 1), ObjectSpec("circle", "red", 2)), (Relation(0, "right of", 1),))
+    assert split_key(a) == split_key(b)
+    c = Scene((ObjectSpec("circle", "red", 2), ObjectSpec("square", None, 1)))
+    d = Scene((ObjectSpec("square", None, 1), ObjectSpec("circle", "red", 2)))
+    assert split_key(c) == split_key(d) != split_key(a)
+    rng = random.Random(0)
+    for _ in range(300):
+        s = sample_scene(rng)
+        assert is_heldout(prompt_for(s)) == (scene_split(s) == "heldout")
+        if len(s.entities) == 2:
+            rev = Scene(s.entities[::-1], tuple(Relation(0, OPPOSITE[r.relation], 1) for r in s.relations))
+            assert scene_split(rev) == scene_split(s)
+
+
+def test_heldout_fraction_and_single_objects():
+    rng = random.Random(1)
+    multi = [s for s in (sample_scene(rng) for _ in range(2000)) if len(s.entities) >= 2]
+    frac = sum(scene_split(s) == "heldout" for s in multi) / len(multi)
+    assert 0.18 < frac < 0.32, frac
+    assert not any(is_heldout(p) for p in suite("single") + suite("atoms-2") + suite("atoms-3"))
+    assert not is_heldout("a purple dragon")  # not a world prompt, never held out
+
+
+def test_split_samplers_stay_in_their_split():
+    rng = random.Random(2)
+    for split in ("train", "heldout"):
+        for k in (5, 8):
+            s = sample_scene_in_split(rng, split, k)
+            assert scene_split(s) == split and s.atom_count == k
+
+
+def test_suites_are_deterministic_across_processes():
+    code = "from cast_shapes.suites import suite_digest as d; print(d('train'), d('heldout'))"
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
+    assert runs == {f"{suite_digest('train')} {suite_digest('heldout')}\n"}
+
+
+def test_every_suite_prompt_can_be_laid_out():
+    for prompt in set(suite("train")) | set(suite("heldout")):
+        sample_layout(parse_prompt(prompt), 0)
