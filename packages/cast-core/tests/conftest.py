@@ -30,3 +30,15 @@ def add_plugin():
         with contextlib.suppress(ValueError):
             pm.unregister(name=name)
     plugins._failures.clear()  # failures recorded by this test's plugins go with them
+
+
+@pytest.fixture
+def only_builtins(monkeypatch):
+    """Reload the registry with cast-core's built-ins only (whatever else is installed)."""
+    monkeypatch.setenv("CAST_LOAD_PLUGINS", "")
+    plugins.reset_for_tests()
+    load_plugins()
+    yield
+    monkeypatch.delenv("CAST_LOAD_PLUGINS")
+    plugins.reset_for_tests()
+    load_plugins()

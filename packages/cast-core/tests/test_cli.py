@@ -30,7 +30,10 @@ def test_plugins_json_shape():
         assert all(isinstance(v, list) for v in entry["components"].values())
     core = data["plugins"][0]
     assert core["version"] == __version__
-    assert core["components"]["policy"] == ["fake"] and core["components"]["atom_scorer"] == ["constant"]
+    assert core["components"]["policy"] == ["fake"]
+    assert core["components"]["atom_scorer"] == ["constant", "left-brightness"]
+    assert core["components"]["advantage_projector"] == ["scalar", "spatial"]
+    assert core["components"]["recipe"] == ["cast", "flow-grpo"]
 
 
 def test_plugins_table_lists_builtins():
@@ -77,7 +80,7 @@ def test_plugin_commands_are_added_and_attributed(add_plugin):
     PLUGIN_COMMANDS.pop(name)
 
 
-def test_a_raising_register_commands_is_skipped(add_plugin):
+def test_a_raising_register_commands_is_skipped(only_builtins, add_plugin):
     class Broken:
         @hookimpl
         def register_commands(self, cli):

@@ -56,9 +56,9 @@ def test_decompose_reports_failures_with_their_line(add_plugin, tmp_path):
     assert out.exit_code == 1 and "does not exist" in out.output
 
 
-def test_decompose_unknown_decomposer_lists_choices(components):
+def test_decompose_unknown_decomposer_lists_choices(only_builtins, components):
     out = CliRunner().invoke(cli, ["decompose", "a cat", "-d", "wrds"])
-    assert out.exit_code == 1 and "Unknown decomposer 'wrds'. Choose one of: words. Did you mean 'words'?" in out.output
+    assert out.exit_code == 1 and "Unknown decomposer 'wrds'. Choose one of: fake, words. Did you mean 'words'?" in out.output
 
 
 def test_score_json_and_heatmaps(components, tmp_path):

@@ -88,9 +88,9 @@ def test_unknown_name_lists_choices_and_suggests(add_plugin):
     assert "always-one" in msg and "constant" in msg and "Did you mean 'always-one'?" in msg
 
 
-def test_unknown_name_when_kind_is_empty():
-    with pytest.raises(UnknownComponentError, match="no decomposer is registered"):
-        get_atom_decomposer("template")
+def test_unknown_name_when_kind_is_empty(only_builtins):
+    with pytest.raises(UnknownComponentError, match="no window selector is registered"):
+        get_window_selector("random")
 
 
 def test_duplicate_names_name_both_providers(add_plugin):

@@ -51,3 +51,42 @@ def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneG
         draw.text((k * tile_w + 2, tile_h + 2), label[: tile_w // 6], fill=(0, 0, 0))
         draw.text((k * tile_w + 2, tile_h + 14), f"{'PASS' if ok else 'FAIL'} {score:.2f}", fill=PASS_COLOUR if ok else FAIL_COLOUR)
     return canvas
+
+
+def advantage_colours(adv: "torch.Tensor", size: tuple[int, int], scale: float | None = None) -> "torch.Tensor":
+    """An ``[h, w]`` advantage map as an RGB image ``[3, H, W]``: red positive, blue negative,
+    white zero, saturating at ``scale`` (default: the map's largest magnitude)."""
+    import torch
+    import torch.nn.functional as F
+
+    a = adv.detach().float()
+    scale = scale or float(a.abs().max()) or 1.0
+    a = F.interpolate(a[None, None], size=size, mode="nearest")[0, 0] / scale
+    pos, neg = a.clamp(min=0), (-a).clamp(min=0)
+    return torch.stack([1 - neg, 1 - pos - neg, 1 - pos]).clamp(0, 1)
+
+
+def sample_grid(images: "torch.Tensor", graph: "SceneGraph", scores, advantages: "torch.Tensor | None" = None, threshold: float = 0.5) -> "Image.Image":
+    """One column per image of a group: the image, its advantage map (if given) and a caption
+    with the GM and one PASS/FAIL mark per atom (``+`` pass, ``-`` fail, in atom order)."""
+    from PIL import Image, ImageDraw
+
+    from cast_core.aggregate import geometric_mean
+
+    scale = max(1, 96 // max(images.shape[-2:]))
+    tiles = [_to_pil(img, scale) for img in images]
+    tw, th = tiles[0].size
+    rows = 2 if advantages is not None else 1
+    canvas = Image.new("RGB", (tw * len(tiles), th * rows + 30), "white")
+    draw = ImageDraw.Draw(canvas)
+    amax = float(advantages.abs().max()) if advantages is not None else 1.0
+    for i, tile in enumerate(tiles):
+        canvas.paste(tile, (i * tw, 0))
+        if advantages is not None:
+            colours = advantage_colours(advantages[i], tuple(images.shape[-2:]), amax)
+            canvas.paste(_to_pil(0.5 * colours + 0.5 * images[i].float(), scale), (i * tw, th))
+        row = [float(s) for s in scores[i]]
+        marks = "".join("+" if s >= threshold else "-" for s in row)
+        draw.text((i * tw + 2, th * rows + 2), f"GM {geometric_mean(row):.2f}", fill=(0, 0, 0))
+        draw.text((i * tw + 2, th * rows + 15), marks, fill=PASS_COLOUR if "-" not in marks else FAIL_COLOUR)
+    return canvas

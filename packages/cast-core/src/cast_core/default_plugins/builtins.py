@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cast_core.hookspecs import hookimpl
 from cast_core.lazy import lazy
+from cast_core.types import Recipe
 
 
 @hookimpl
@@ -22,3 +23,53 @@ def register_atom_scorers(register):
         lazy("cast_core.testing.fakes:ConstantScorer"),
         description="scores every atom with one constant, flat heatmaps (tests, examples)",
     )
+    register(
+        "left-brightness",
+        lazy("cast_core.testing.fakes:LeftBrightnessScorer"),
+        description="spatial fake judge: brightness of the left half, left-half heatmaps (tests)",
+    )
+
+
+@hookimpl
+def register_atom_decomposers(register):
+    register(
+        "fake",
+        lazy("cast_core.testing.fakes:FakeDecomposer"),
+        description="one entity per prompt (its last word): object + count atoms (tests, examples)",
+    )
+
+
+@hookimpl
+def register_advantage_projectors(register):
+    register(
+        "scalar",
+        lazy("cast_core.projectors:ScalarProjector"),
+        description="Flow-GRPO: the prompt-level advantage (GM z-score) as a constant map",
+    )
+    register(
+        "spatial",
+        lazy("cast_core.projectors:SpatialProjector"),
+        description="CAST: λ·prompt advantage + per-atom advantages placed by the judge's heatmaps",
+    )
+
+
+# Flow-GRPO's published defaults (config/grpo.py, geneval_sd3), shared by both recipes so that
+# a comparison changes only what CAST changes. Windows: a fixed window until the window-selector
+# plugin provides `random` (Flow-GRPO-Fast) and `clip-curvature` (CAST).
+_GRPO_DEFAULTS = {"group_size": 24, "clip_range": 1e-4, "eta": 0.7, "adv_clip": 5.0, "lr": 3e-4,
+                  "num_steps": 10, "max_grad_norm": 1.0}
+
+
+@hookimpl
+def register_recipes(register):
+    register("flow-grpo", Recipe(
+        projector="scalar",
+        settings={**_GRPO_DEFAULTS, "ratio_mode": "sample", "beta": 0.04, "window_start": 0, "window_size": 9},
+        description="Flow-GRPO: scalar GM advantage, one ratio per sample, KL 0.04, SDE on steps 0-8 of 10",
+    ))
+    register("cast", Recipe(
+        projector="spatial",
+        settings={**_GRPO_DEFAULTS, "ratio_mode": "position", "beta": 0.0, "lam": 1.0, "gating": "soft",
+                  "window_start": 0, "window_size": 3},
+        description="CAST: per-atom advantages projected through heatmaps, per-position ratios",
+    ))

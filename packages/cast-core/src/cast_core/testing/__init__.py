@@ -16,11 +16,12 @@ from cast_core.testing.conformance import (
     PolicyConformance,
     WindowSelectorConformance,
 )
-from cast_core.testing.fakes import ConstantScorer, FakePolicy, simple_graph
+from cast_core.testing.fakes import ConstantScorer, FakeDecomposer, FakePolicy, LeftBrightnessScorer, simple_graph
 from cast_core.testing.plugin_package import PluginPackageConformance
 
 __all__ = [
     "PolicyConformance", "WindowSelectorConformance", "AtomDecomposerConformance",
     "AtomScorerConformance", "AdvantageProjectorConformance", "FakePolicy", "ConstantScorer",
+    "FakeDecomposer", "LeftBrightnessScorer",
     "simple_graph", "PluginPackageConformance",
 ]

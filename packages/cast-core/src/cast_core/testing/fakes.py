@@ -153,3 +153,33 @@ def simple_graph(prompt: str = "a red circle", noun: str = "circle", colour: str
     if colour:
         atoms.append(Atom("a3", "attribute", "e1", ("a1",), value=colour))
     return SceneGraph(prompt, (Entity("e1", noun, count),), tuple(atoms)).validate()
+
+
+class FakeDecomposer:
+    """One entity per prompt — its last word — with an object and a count atom. Enough structure
+    for the trainer's plumbing; real prompts need a real decomposer (e.g. ``template``)."""
+
+    def decompose(self, prompt: str) -> SceneGraph:
+        words = prompt.lower().split()
+        if not words:
+            from cast_core.errors import SceneGraphError
+
+            raise SceneGraphError("cannot decompose an empty prompt")
+        return simple_graph(prompt, noun=words[-1], colour=None)
+
+
+class LeftBrightnessScorer:
+    """A spatial fake judge: every atom scores the mean brightness of the image's left half,
+    and its heatmap is the left half. A policy trained against it should brighten the left half
+    — the end-to-end check that spatial advantages reach the right latent positions."""
+
+    def score(self, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
+        if len(images) != len(graphs):
+            raise ValueError(f"got {len(images)} images but {len(graphs)} scene graphs")
+        h, w = images.shape[-2:]
+        left = images[..., : w // 2].float().mean(dim=(1, 2, 3))
+        mask = torch.zeros(h, w)
+        mask[:, : w // 2] = 1.0
+        scores = [left[i].clamp(0, 1).expand(len(g.atoms)).clone() for i, g in enumerate(graphs)]
+        maps = [mask.expand(len(g.atoms), h, w).clone() for g in graphs] if heatmaps else None
+        return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps)

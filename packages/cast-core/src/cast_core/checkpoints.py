@@ -1,0 +1,65 @@
+"""Checkpoints that a crash can never corrupt.
+
+A checkpoint is a directory ``checkpoints/step-XXXXX/`` holding the policy's adapter (as the
+policy saves it: safetensors), the optimizer state and ``state.json`` (step, EMA, counters). It is
+written under a temporary name and renamed into place, and only directories whose name is a final
+``step-N`` and that contain ``state.json`` count — so the latest checkpoint is always complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / "state.json").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    dirs = checkpoint_dirs(run_dir)
+    return dirs[-1] if dirs else None
+
+
+def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torch.optim.Optimizer,
+                    state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, keep: int = 3) -> Path:
+    """Write ``checkpoints/step-{step:05d}`` atomically and delete all but the newest ``keep``."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:05d}"
+    tmp = root / f".step-{step:05d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    policy.save_adapter(tmp / "adapter")
+    torch.save({"optimizer": optimizer.state_dict(), "tensors": tensors or {}}, tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+    if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in checkpoint_dirs(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: str | Path, policy: Any, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """Restore adapter and optimizer from ``path``; returns ``(state, tensors)``."""
+    path = Path(path)
+    if not (path / "state.json").is_file():
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
+    policy.load_adapter(path / "adapter")
+    blob = torch.load(path / "optimizer.pt", weights_only=True)
+    optimizer.load_state_dict(blob["optimizer"])
+    return json.loads((path / "state.json").read_text()), blob.get("tensors", {})

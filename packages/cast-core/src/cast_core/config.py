@@ -1,0 +1,234 @@
+"""Training configuration: one flat dataclass, loaded from TOML and ``--set key=value``.
+
+Flat on purpose (nanoGPT / TRL style): every knob is greppable, ``--set lr=3e-4`` needs no
+path syntax, and a resolved ``config.toml`` in the run directory says exactly what ran. Every
+field declares its allowed range, and every error names the key, the bad value and what is
+allowed — a typo must fail in the first second, not after an hour of sampling.
+
+Precedence (lowest first): dataclass defaults → the recipe's settings → ``--config FILE`` →
+``--set`` → explicit CLI flags (``--policy`` …).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from cast_core.errors import CastError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+class ConfigError(CastError, ValueError):
+    """A configuration key or value is invalid; the message says which and what is allowed."""
+
+
+def _f(default: Any, help: str, *, low: float | None = None, high: float | None = None,
+       choices: tuple | None = None, low_open: bool = False, factory: Any = None) -> Any:
+    meta = {"help": help, "low": low, "high": high, "choices": choices, "low_open": low_open}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class TrainConfig:
+    # -- components (registry names) ----------------------------------------------------------
+    recipe: str | None = _f(None, "recipe whose defaults were applied (informational)")
+    policy: str = _f("fake", "policy component")
+    scorer: str = _f("constant", "atom scorer component")
+    decomposer: str = _f("fake", "prompt decomposer component")
+    projector: str = _f("spatial", "advantage projector component", choices=None)
+    window: str | None = _f(None, "window selector component; unset = fixed window_start/window_size")
+    policy_kwargs: dict = _f(None, "keyword arguments for the policy factory", factory=dict)
+    scorer_kwargs: dict = _f(None, "keyword arguments for the scorer factory", factory=dict)
+    window_kwargs: dict = _f(None, "keyword arguments for the window selector factory", factory=dict)
+    prompts: Any = _f(None, "training prompts: a list, a text file (one a line), or 'module:callable'", factory=list)
+    # -- sampling -----------------------------------------------------------------------------
+    num_steps: int = _f(10, "denoising steps per image", low=1, high=1000)
+    image_size: list | None = _f(None, "[height, width]; unset = the policy's default")
+    eta: float = _f(0.7, "SDE noise level inside the window (Flow-GRPO noise_level)", low=0.0, high=10.0)
+    window_start: int = _f(0, "first SDE step when no selector is given", low=0, high=1000)
+    window_size: int = _f(2, "number of SDE steps when no selector is given", low=1, high=1000)
+    prompts_per_step: int = _f(2, "distinct prompts per training step", low=1, high=100_000)
+    group_size: int = _f(8, "images per prompt (the GRPO group)", low=2, high=10_000)
+    sample_batch_size: int = _f(0, "images per sampling forward pass; 0 = all at once", low=0, high=100_000)
+    # -- advantages ---------------------------------------------------------------------------
+    gating: str = _f("soft", "DSG gating of child atoms", choices=("soft", "hard"))
+    lam: float = _f(1.0, "weight of the prompt-level advantage in the spatial map", low=0.0, high=100.0)
+    adv_clip: float = _f(5.0, "advantages are clipped to ±adv_clip", low=0.0, high=1e6, low_open=True)
+    # -- objective ----------------------------------------------------------------------------
+    ratio_mode: str = _f("position", "per-position ratios (CAST) or one per sample (Flow-GRPO)", choices=("position", "sample"))
+    clip_range: float = _f(1e-4, "PPO clip range ε", low=0.0, high=1.0, low_open=True)
+    beta: float = _f(0.0, "KL weight against the adapter-free reference", low=0.0, high=1e3)
+    inner_epochs: int = _f(1, "passes over each batch of samples", low=1, high=100)
+    minibatch_size: int = _f(0, "samples per optimizer step; 0 = the whole step's batch", low=0, high=100_000)
+    # -- optimizer ----------------------------------------------------------------------------
+    lr: float = _f(1e-4, "AdamW learning rate", low=0.0, high=1.0, low_open=True)
+    weight_decay: float = _f(0.0, "AdamW weight decay", low=0.0, high=1.0)
+    adam_beta1: float = _f(0.9, "AdamW β1", low=0.0, high=1.0)
+    adam_beta2: float = _f(0.999, "AdamW β2", low=0.0, high=1.0)
+    adam_eps: float = _f(1e-8, "AdamW ε", low=0.0, high=1.0, low_open=True)
+    max_grad_norm: float = _f(1.0, "gradient clipping norm; 0 = off", low=0.0, high=1e6)
+    ema: float = _f(0.0, "EMA decay of the adapter for sampling grids and eval; 0 = off", low=0.0, high=1.0)
+    # -- run ----------------------------------------------------------------------------------
+    steps: int = _f(100, "training steps", low=1, high=10_000_000)
+    seed: int = _f(0, "seed of every random choice (prompts, noise, windows)", low=0, high=2**63 - 1)
+    precision: str = _f("no", "accelerate mixed precision", choices=("no", "bf16", "fp16"))
+    cpu: bool = _f(False, "force CPU even when an accelerator is present")
+    log_every: int = _f(1, "write metrics every N steps", low=1, high=1_000_000)
+    sample_every: int = _f(10, "write a sample grid every N steps; 0 = never", low=0, high=1_000_000)
+    checkpoint_every: int = _f(10, "checkpoint every N steps", low=1, high=1_000_000)
+    keep_checkpoints: int = _f(3, "checkpoints kept (oldest deleted)", low=1, high=1000)
+
+    # -------------------------------------------------------------------------------------------
+    def validate(self) -> "TrainConfig":
+        for f in fields(self):
+            _check(f, getattr(self, f.name))
+        if self.window is None and self.window_start + self.window_size > self.num_steps:
+            raise ConfigError(
+                f"window_start={self.window_start} + window_size={self.window_size} exceeds "
+                f"num_steps={self.num_steps}; the window must fit the schedule"
+            )
+        return self
+
+    def update(self, values: Mapping[str, Any], source: str) -> "TrainConfig":
+        """Apply ``values`` (from ``source``, used in errors), converting types."""
+        known = {f.name: f for f in fields(self)}
+        for key, raw in values.items():
+            if key not in known:
+                close = difflib.get_close_matches(key, list(known), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(f"{source}: unknown config key {key!r}.{hint}")
+            setattr(self, key, _convert(known[key], raw, source))
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _type_name(f: dataclasses.Field) -> str:
+    return str(f.type).replace("typing.", "")
+
+
+def _convert(f: dataclasses.Field, raw: Any, source: str) -> Any:
+    t = _type_name(f)
+    where = f"{source}: config key {f.name!r}"
+    if raw is None:
+        if "None" in t:
+            return None
+        raise ConfigError(f"{where} cannot be empty ({f.metadata['help']})")
+    try:
+        if t.startswith("int"):
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw)
+        if t.startswith("float"):
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        if t.startswith("bool"):
+            if isinstance(raw, bool):
+                return raw
+            if str(raw).lower() in ("1", "true", "yes", "on"):
+                return True
+            if str(raw).lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if t.startswith("dict"):
+            if not isinstance(raw, dict):
+                raise ValueError
+            return dict(raw)
+        if t.startswith("list"):
+            if not isinstance(raw, list):
+                raise ValueError
+            return list(raw)
+        if t.startswith("str"):
+            if not isinstance(raw, str):
+                raise ValueError
+            return raw
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where} must be {t}, got {raw!r} ({f.metadata['help']})") from None
+    return raw
+
+
+def _check(f: dataclasses.Field, value: Any) -> None:
+    m = f.metadata
+    where = f"config key {f.name!r}"
+    if m.get("choices") and value not in m["choices"]:
+        raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {', '.join(map(repr, m['choices']))}")
+    low, high = m.get("low"), m.get("high")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (low is not None or high is not None):
+        bad = (isinstance(value, float) and not math.isfinite(value)) or (
+            low is not None and (value <= low if m.get("low_open") else value < low)
+        ) or (high is not None and value > high)
+        if bad:
+            lo = f"({low}" if m.get("low_open") else f"[{low}"
+            raise ConfigError(f"{where}: value {value!r} is out of range {lo}, {high}] ({m['help']})")
+
+
+def parse_set(assignments: list[str]) -> dict[str, Any]:
+    """``["lr=3e-4", "policy_kwargs={seed=1}"]`` → values; the right-hand side is read as a TOML
+    value (so 3e-4, true, "text", [1, 2] and {a = 1} work) and falls back to a bare string."""
+    out: dict[str, Any] = {}
+    for item in assignments:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set lr=3e-4")
+        try:
+            out[key] = tomllib.loads(f"v = {raw.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[key] = raw.strip()
+    return out
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
+    return data.get("train", data)  # allow a [train] table or top-level keys
+
+
+def dump_toml(values: Mapping[str, Any]) -> str:
+    """A TOML document for a flat mapping of scalars, lists and flat dicts (None is omitted,
+    since TOML has no null, and written as a comment so the reader sees it was unset)."""
+    lines = ["# resolved cast training configuration (load with --config)"]
+    tables = []
+    for key, value in values.items():
+        if value is None:
+            lines.append(f"# {key} = (unset)")
+        elif isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, table in tables:
+        inner = ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in table.items())
+        lines.append(f"{key} = {{{inner}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value) if not isinstance(value, float) or math.isfinite(value) else json.dumps(str(value))
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")

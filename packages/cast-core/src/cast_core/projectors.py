@@ -1,0 +1,154 @@
+"""Advantage projectors: one prompt group's atom scores (and heatmaps) -> an advantage per latent
+position (DESIGN §4, "Projection"). Registered as the built-ins ``scalar`` and ``spatial``.
+
+* :class:`ScalarProjector` is Flow-GRPO: every position of image ``g`` gets the prompt-level
+  advantage ``Âg`` — the image is credited or blamed as a whole.
+* :class:`SpatialProjector` is CAST: ``A[g](p) = λ·Âg + Σ_k Â[g,k]·H̃[g,k](p)`` — each atom's
+  advantage is placed where the judge looked for it, on top of a λ-weighted global term.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from cast_core.advantages import (
+    GATING_MODES,
+    AdvantageStats,
+    advantage_stats,
+    atom_advantages,
+    gate_scores,
+    prompt_advantages,
+)
+from cast_core.scene_graph import SceneGraph
+from cast_core.types import AdvantageMap
+
+__all__ = ["ScalarProjector", "SpatialProjector", "normalise_heatmaps"]
+
+
+def _check(scores: torch.Tensor, graph: SceneGraph, latent_grid: tuple[int, int]) -> tuple[int, int]:
+    if scores.ndim != 2 or scores.shape[1] != len(graph.atoms):
+        raise ValueError(
+            f"scores must be [G, K] with K = {len(graph.atoms)} atoms of {graph.prompt!r}, "
+            f"got shape {tuple(scores.shape)}"
+        )
+    h, w = (int(v) for v in latent_grid)
+    if h < 1 or w < 1:
+        raise ValueError(f"latent_grid must be two positive ints, got {latent_grid!r}")
+    return h, w
+
+
+def _clip(raw: torch.Tensor, stats: AdvantageStats, adv_clip: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clip the map to ``±adv_clip``; stats = the AdvantageStats fields plus the fraction of
+    positions the clip changed (``clipped_fraction``)."""
+    out = stats.as_dict()
+    out["clipped_fraction"] = float((raw.abs() > adv_clip).float().mean()) if raw.numel() else 0.0
+    return raw.clamp(-adv_clip, adv_clip).contiguous(), out
+
+
+def _check_clip(adv_clip: float) -> float:
+    adv_clip = float(adv_clip)
+    if not adv_clip > 0:
+        raise ValueError(f"adv_clip must be > 0, got {adv_clip}")
+    return adv_clip
+
+
+class ScalarProjector:
+    """Flow-GRPO's advantage: the constant map ``Âg`` (GM of the raw atom scores, z-scored in
+    the group), clipped to ``±adv_clip`` as Flow-GRPO clips before its loss.
+
+    ``prompt_advantages`` is the unclipped ``Âg``; ``values`` the clipped map.
+    """
+
+    def __init__(self, adv_clip: float = 5.0, eps: float = 1e-6):
+        self.adv_clip = _check_clip(adv_clip)
+        self.eps = float(eps)
+
+    def project(
+        self,
+        scores: torch.Tensor,
+        heatmaps: torch.Tensor | None,
+        graph: SceneGraph,
+        latent_grid: tuple[int, int],
+    ) -> AdvantageMap:
+        h, w = _check(scores, graph, latent_grid)
+        scores = scores.float()
+        adv_g = prompt_advantages(scores, self.eps)
+        # zero_spread is still computed on the gated atoms so that saturation logs the same way
+        # for both recipes and runs can be compared.
+        _, flat = atom_advantages(gate_scores(scores, graph.parent_indices()), self.eps)
+        values, stats = _clip(adv_g[:, None, None].expand(-1, h, w), advantage_stats(scores, flat), self.adv_clip)
+        return AdvantageMap(values, adv_g, stats)
+
+
+def normalise_heatmaps(heatmaps: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor:
+    """``H̃``: each map ``[..., H, W]`` divided by its own maximum, so its peak is 1.
+
+    A flat map becomes 1 everywhere; an all-zero (or non-finite) map, or ``heatmaps=None``, is
+    treated as flat — "the judge did not say where", so the atom's advantage applies uniformly.
+    Max-normalisation (rather than sum-to-one) means the atom's advantage acts at **full
+    strength** where the judge looked: a small object is not amplified to compensate for its
+    size, and a large one is not diluted. ``shape`` is used only when ``heatmaps`` is None.
+    """
+    if heatmaps is None:
+        return torch.ones(shape)
+    hm = heatmaps.float().clamp_min(0)
+    peak = hm.flatten(-2).amax(-1)[..., None, None]
+    usable = torch.isfinite(peak) & (peak > 0) & torch.isfinite(hm).all(-1).all(-1)[..., None, None]
+    return torch.where(usable, hm / torch.where(usable, peak, torch.ones_like(peak)), torch.ones_like(hm))
+
+
+class SpatialProjector:
+    """CAST's advantage map ``A[g](p) = λ·Âg + Σ_k Â[g,k]·H̃[g,k](p)`` on the latent grid.
+
+    ``Â[g,k]`` are per-atom z-scores of the gated scores (``gating`` ``"soft"`` or ``"hard"``,
+    ``threshold`` for hard), ``Âg`` the prompt-level GM z-score, ``H̃`` the max-normalised
+    heatmaps (see :func:`normalise_heatmaps`). The map is formed on the image grid and
+    area-averaged onto the ``(h, w)`` latent grid — implemented by pooling each ``H̃`` first,
+    which is the same thing because pooling is linear and λ·Âg is constant — then clipped to
+    ``±adv_clip``. Saturated atoms contribute nothing because their ``Â`` is 0.
+    """
+
+    def __init__(
+        self,
+        lam: float = 1.0,
+        adv_clip: float = 5.0,
+        gating: str = "soft",
+        threshold: float = 0.5,
+        eps: float = 1e-6,
+    ):
+        if gating not in GATING_MODES:
+            raise ValueError(f"unknown gating {gating!r}; choose one of {', '.join(GATING_MODES)}")
+        self.lam = float(lam)
+        self.adv_clip = _check_clip(adv_clip)
+        self.gating = gating
+        self.threshold = float(threshold)
+        self.eps = float(eps)
+
+    def project(
+        self,
+        scores: torch.Tensor,
+        heatmaps: torch.Tensor | None,
+        graph: SceneGraph,
+        latent_grid: tuple[int, int],
+    ) -> AdvantageMap:
+        h, w = _check(scores, graph, latent_grid)
+        g, k = scores.shape
+        if heatmaps is not None and (heatmaps.ndim != 4 or tuple(heatmaps.shape[:2]) != (g, k)):
+            raise ValueError(
+                f"heatmaps must be [G, K, H, W] = [{g}, {k}, H, W] to match the scores, "
+                f"got shape {tuple(heatmaps.shape)}"
+            )
+        device = heatmaps.device if heatmaps is not None else scores.device
+        scores = scores.float().to(device)
+        gated = gate_scores(scores, graph.parent_indices(), self.gating, self.threshold)
+        adv_atoms, flat = atom_advantages(gated, self.eps)
+        adv_g = prompt_advantages(scores, self.eps)
+        if heatmaps is None or k == 0:
+            maps = normalise_heatmaps(None, (g, k, h, w)).to(device)
+        else:
+            maps = normalise_heatmaps(heatmaps, ())
+            maps = F.adaptive_avg_pool2d(maps.reshape(g * k, 1, *maps.shape[-2:]), (h, w)).reshape(g, k, h, w)
+        values = self.lam * adv_g[:, None, None] + torch.einsum("gk,gkhw->ghw", adv_atoms, maps)
+        values, stats = _clip(values, advantage_stats(scores, flat), self.adv_clip)
+        return AdvantageMap(values, adv_g, stats)

@@ -1,0 +1,393 @@
+"""The CAST training loop, readable top to bottom (nanoGPT / TRL style).
+
+One step:
+
+1. pick ``prompts_per_step`` prompts (seeded by ``(seed, step)``) and repeat each ``group_size``
+   times;
+2. sample them: ODE outside the window, SDE inside, keeping per-position log-probs;
+3. decompose each prompt once (cached) and score every image atom by atom, with heatmaps;
+4. turn each group's atom scores into an advantage map on the latent grid (the projector);
+5. ``inner_epochs`` passes of the clipped objective over the window steps, AdamW on the
+   policy's adapter, gradient clipping, optional EMA;
+6. log metrics, draw a sample grid, checkpoint atomically.
+
+Every random choice comes from generators seeded by ``(seed, step, purpose)``, never from a
+continuing global stream, so a resumed run replays exactly the steps the original would have
+taken — and every process of a distributed run would draw the same window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from cast_core.aggregate import arithmetic_mean, geometric_mean
+from cast_core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from cast_core.config import ConfigError, TrainConfig, dump_toml
+from cast_core.errors import CastError
+from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
+from cast_core.registry import get_advantage_projector, get_atom_decomposer, get_atom_scorer, get_policy, get_window_selector, lookup
+from cast_core.sampling import concat_rollouts, sample, select_rows
+from cast_core.sde import reduce_per_position, sde_step
+from cast_core.types import Rollout, Window
+
+
+def seed_for(seed: int, *parts: Any) -> int:
+    """A 63-bit seed from ``(seed, parts)``: stable across processes and Python versions."""
+    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def resolve_prompts(spec: Any) -> list[str]:
+    """Training prompts from a list, a text file (one a line, '#' comments) or 'module:callable'."""
+    if isinstance(spec, (list, tuple)):
+        prompts = [str(p) for p in spec]
+    elif isinstance(spec, str) and Path(spec).is_file():
+        from cast_core.commands.inputs import read_prompt_file
+
+        prompts = [p for _, p in read_prompt_file(spec)]
+    elif isinstance(spec, str) and ":" in spec:
+        module, _, attr = spec.partition(":")
+        try:
+            prompts = list(getattr(importlib.import_module(module), attr)())
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"config key 'prompts': cannot load {spec!r}: {err}") from None
+    else:
+        raise ConfigError(
+            f"config key 'prompts': {spec!r} is neither a list, an existing file, nor 'module:callable'"
+        )
+    if not prompts:
+        raise ConfigError("config key 'prompts': no training prompts")
+    return prompts
+
+
+def _build(factory_kind: str, name: str, getter: Callable, offered: dict[str, Any]) -> Any:
+    """Build a component passing only the keyword arguments its factory accepts."""
+    factory = lookup(factory_kind, name).factory
+    target = factory.resolve() if hasattr(factory, "resolve") else factory
+    try:
+        params = inspect.signature(target).parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        kwargs = offered if takes_any else {k: v for k, v in offered.items() if k in params}
+    except (TypeError, ValueError):
+        kwargs = {}
+    return getter(name, **kwargs)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, log: Callable[[str], None] | None = None):
+        self.config = config.validate()
+        self.run_dir = Path(run_dir)
+        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        cfg = self.config
+
+        from accelerate import Accelerator  # imported here: `cast --help` must stay light
+
+        self.accelerator = Accelerator(cpu=cfg.cpu, mixed_precision=cfg.precision)
+        torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
+        self.policy = get_policy(cfg.policy, **cfg.policy_kwargs)
+        self.scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
+        self.decomposer = get_atom_decomposer(cfg.decomposer)
+        self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
+                                {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating})
+        self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
+        self.prompts = resolve_prompts(cfg.prompts)
+        self.image_size = tuple(cfg.image_size) if cfg.image_size else None
+        self.latent_grid = self.policy.latent_grid(self.image_size)
+        self.params = [p for p in self.policy.trainable_parameters()]
+        if not self.params:
+            raise CastError(f"policy {cfg.policy!r} has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.ema = [p.detach().clone() for p in self.params] if cfg.ema > 0 else None
+        self.graphs: dict[str, Any] = {}
+        self.step = 0
+        self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0}
+        self._prepare_run_dir(resume)
+
+    # -- run directory ---------------------------------------------------------------------------
+    def _prepare_run_dir(self, resume: bool) -> None:
+        if resume:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is not None:
+                state, tensors = load_checkpoint(ckpt, self.policy, self.optimizer)
+                self.step = state["step"]
+                self.counters.update(state.get("counters", {}))
+                if self.ema is not None and tensors:
+                    self.ema = [tensors[f"ema.{i}"] for i in range(len(self.params))]
+                self.log(f"resumed {self.run_dir} from {ckpt.name}")
+                self._truncate_metrics()
+            else:
+                self.log(f"no complete checkpoint in {self.run_dir}; starting from step 0")
+        elif (self.run_dir / "config.toml").exists():
+            raise CastError(
+                f"{self.run_dir} already holds a run; continue it with `cast train --resume {self.run_dir}` "
+                f"or choose another --out"
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "samples").mkdir(exist_ok=True)
+        (self.run_dir / "config.toml").write_text(dump_toml(self.config.to_dict()))
+
+    def _truncate_metrics(self) -> None:
+        """Drop metric lines written after the checkpoint we resume from (they will be redone)."""
+        path = self.run_dir / "metrics.jsonl"
+        if path.exists():
+            keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= self.step]
+            path.write_text("".join(line + "\n" for line in keep))
+
+    # -- pieces of one step ----------------------------------------------------------------------
+    def graph(self, prompt: str):
+        if prompt not in self.graphs:
+            self.graphs[prompt] = self.decomposer.decompose(prompt)
+        return self.graphs[prompt]
+
+    def pick_prompts(self, step: int) -> list[str]:
+        rng = random.Random(seed_for(self.config.seed, step, "prompts"))
+        k = self.config.prompts_per_step
+        return rng.sample(self.prompts, k) if k <= len(self.prompts) else rng.choices(self.prompts, k=k)
+
+    def window_for(self, step: int, prompts: list[str]) -> Window:
+        cfg = self.config
+        if self.selector is None:
+            return Window(cfg.window_start, cfg.window_size).check_fits(cfg.num_steps)
+        if hasattr(self.selector, "select_for_step"):  # per-step selectors (random, sliding) draw from the run's seed
+            return self.selector.select_for_step(self.policy, prompts, cfg.num_steps, step=step, seed=cfg.seed)
+        if not hasattr(self, "_window"):
+            self._window = self.selector.select(self.policy, prompts, cfg.num_steps)
+        return self._window
+
+    def rollout(self, prompts: list[str], window: Window, generator: torch.Generator) -> Rollout:
+        cfg = self.config
+        chunk = cfg.sample_batch_size or len(prompts)
+        parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
+                        window=window, eta=cfg.eta, generator=generator) for i in range(0, len(prompts), chunk)]
+        return concat_rollouts(parts)
+
+    def score_groups(self, prompts: list[str], rollout: Rollout) -> tuple[list[int], torch.Tensor, dict]:
+        """Advantage maps for every group the scorer could judge: (kept sample indices, A [n, N], stats)."""
+        cfg, G = self.config, self.config.group_size
+        need_maps = getattr(self.projector, "needs_heatmaps", True)
+        kept, maps, gms, ams, passes, sat, total = [], [], [], [], {}, 0, 0
+        for g, prompt in enumerate(prompts):
+            rows = list(range(g * G, (g + 1) * G))
+            graph = self.graph(prompt)
+            try:
+                out = self.scorer.score(rollout.images[rows], [graph] * G, heatmaps=need_maps)
+                scores = torch.stack([s.float() for s in out.scores])
+                heat = torch.stack([h.float() for h in out.heatmaps]) if need_maps else None
+            except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
+                self.counters["scorer_failures"] += 1
+                self.log(f"step {self.step}: scorer failed on prompt {prompt!r} ({type(err).__name__}: {err}); group skipped")
+                continue
+            if not torch.isfinite(scores).all():
+                self.counters["scorer_failures"] += 1
+                self.log(f"step {self.step}: non-finite scores for prompt {prompt!r}; group skipped")
+                continue
+            amap = self.projector.project(scores, heat, graph, self.latent_grid)
+            kept += rows
+            maps.append(amap.values.reshape(G, -1))
+            for row in scores.tolist():
+                gms.append(geometric_mean(row))
+                ams.append(arithmetic_mean(row))
+            for k, atom in enumerate(graph.atoms):
+                passes.setdefault(atom.kind, []).extend((scores[:, k] >= 0.5).float().tolist())
+            sat += int(amap.stats.get("saturated_atoms", 0))
+            total += int(amap.stats.get("total_atoms", len(graph.atoms)))
+        stats = {
+            "reward_gm": sum(gms) / len(gms) if gms else float("nan"),
+            "reward_am": sum(ams) / len(ams) if ams else float("nan"),
+            "reward_std": float(torch.tensor(gms).std(unbiased=False)) if gms else float("nan"),
+            "saturated_fraction": sat / total if total else float("nan"),
+            **{f"pass_{kind}": sum(v) / len(v) for kind, v in passes.items()},
+        }
+        return kept, (torch.cat(maps) if maps else torch.empty(0)), stats
+
+    def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
+        """Per-element log-prob of the stored transition under the current policy, and the mean."""
+        v = self.policy.velocity(latents, sigma, cond)
+        step = sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents)
+        return step
+
+    def update(self, rollout: Rollout, kept: list[int], advantages: torch.Tensor, generator: torch.Generator) -> dict:
+        """``inner_epochs`` passes of the clipped objective over the window steps."""
+        cfg = self.config
+        idx = torch.tensor(kept)
+        sig = rollout.sigmas
+        sigma_max = sig[1]
+        n, T = len(kept), len(rollout.step_indices)
+        mb = cfg.minibatch_size or n
+        diags: list[dict] = []
+        losses, kls = [], []
+        for epoch in range(cfg.inner_epochs):
+            # the first pass keeps sampling order so a full-batch update recomputes exactly the
+            # sampled numbers (ratio exactly 1, the on-policy check); later passes shuffle
+            perm = idx if epoch == 0 else idx[torch.randperm(n, generator=generator)]
+            pos = {int(r): i for i, r in enumerate(kept)}
+            for start in range(0, n, mb):
+                rows = perm[start:start + mb]
+                adv = advantages[[pos[int(r)] for r in rows]]
+                cond = select_rows(rollout.conditioning, rows)
+                self.optimizer.zero_grad(set_to_none=True)
+                finite = True
+                for t, step_index in enumerate(rollout.step_indices):
+                    sigma, sigma_next = sig[step_index], sig[step_index + 1]
+                    cur = self.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sigma, sigma_next, cond, sigma_max)
+                    old = rollout.log_probs[rows, t]
+                    if cfg.ratio_mode == "position":
+                        loss, diag = clipped_objective(reduce_per_position(cur.log_prob), old, adv, cfg.clip_range)
+                    else:
+                        loss, diag = flow_grpo_objective(reduce_per_position(cur.log_prob).mean(1), old.mean(1),
+                                                         adv.mean(1), cfg.clip_range, adv_clip=cfg.adv_clip)
+                    kl = torch.zeros(())
+                    if cfg.beta > 0:
+                        with torch.no_grad(), self.policy.reference():
+                            ref = self.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sigma, sigma_next, cond, sigma_max)
+                        kl = kl_penalty(cur.mean, ref.mean, cur.std_dev_t)
+                    total = (loss + cfg.beta * kl) / T
+                    if not torch.isfinite(total):
+                        finite = False
+                        break
+                    self.accelerator.backward(total)
+                    losses.append(float(loss.detach()))
+                    kls.append(float(kl.detach()))
+                    diags.append(diag)
+                grads_ok = finite and all(p.grad is None or torch.isfinite(p.grad).all() for p in self.params)
+                if not grads_ok:
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.counters["skipped_updates"] += 1
+                    self.log(f"step {self.step}: non-finite loss or gradient; update skipped")
+                    continue
+                if cfg.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                self.optimizer.step()
+                if self.ema is not None:
+                    with torch.no_grad():
+                        for e, p in zip(self.ema, self.params):
+                            e.lerp_(p.detach(), 1.0 - cfg.ema)
+        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+        out = {"loss": mean(losses), "kl": mean(kls)}
+        for key in ("clip_fraction", "approx_kl", "ratio_mean"):
+            out[key] = mean([d[key] for d in diags])
+        out["ratio_min"] = min((d["ratio_min"] for d in diags), default=float("nan"))
+        out["ratio_max"] = max((d["ratio_max"] for d in diags), default=float("nan"))
+        return out
+
+    # -- the step, top to bottom -----------------------------------------------------------------
+    def train_step(self) -> dict:
+        cfg = self.config
+        t0 = time.perf_counter()
+        prompts = self.pick_prompts(self.step)
+        batch = [p for p in prompts for _ in range(cfg.group_size)]
+        window = self.window_for(self.step, prompts)
+        gen = torch.Generator().manual_seed(seed_for(cfg.seed, self.step, "noise"))
+        rollout = self.rollout(batch, window, gen)
+        self.counters["images_sampled"] += len(batch)
+        kept, advantages, stats = self.score_groups(prompts, rollout)
+        metrics: dict[str, Any] = {"step": self.step + 1, "window_start": window.start, "window_size": window.size, **stats}
+        if not kept:
+            self.counters["skipped_updates"] += 1
+            metrics["skipped"] = "no group could be scored"
+        elif not torch.isfinite(advantages).all():
+            self.counters["skipped_updates"] += 1
+            metrics["skipped"] = "non-finite advantages"
+            self.log(f"step {self.step}: non-finite advantages; update skipped")
+        else:
+            metrics.update(self.update(rollout, kept, advantages, gen))
+        self.step += 1
+        elapsed = time.perf_counter() - t0
+        metrics.update({"step_time_s": elapsed, "images_per_s": len(batch) / elapsed,
+                        "peak_memory_mb": _peak_memory_mb(), **self.counters})
+        if cfg.sample_every and self.step % cfg.sample_every == 0:
+            self.write_samples(prompts[0], rollout, kept, advantages)
+        return metrics
+
+    def run(self) -> dict:
+        cfg = self.config
+        last: dict = {}
+        with _Progress(cfg.steps, self.step, self.log) as progress, open(self.run_dir / "metrics.jsonl", "a") as metrics_file:
+            while self.step < cfg.steps:
+                last = self.train_step()
+                if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                    metrics_file.write(json.dumps(_jsonable(last)) + "\n")
+                    metrics_file.flush()
+                if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                    self.save()
+                progress.update(self.step, last)
+        return last
+
+    def save(self) -> Path:
+        tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
+        return save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer,
+                               {"counters": self.counters, "config": self.config.to_dict()}, tensors,
+                               keep=self.config.keep_checkpoints)
+
+    def write_samples(self, prompt: str, rollout: Rollout, kept: list[int], advantages: torch.Tensor) -> None:
+        from cast_core.viz import sample_grid
+
+        G = self.config.group_size
+        rows = list(range(G))
+        graph = self.graph(prompt)
+        try:
+            scores = self.scorer.score(rollout.images[rows], [graph] * G, heatmaps=False).scores
+        except Exception:  # noqa: BLE001 - a picture is not worth a crash
+            return
+        adv = None
+        if kept and kept[0] == 0:
+            adv = advantages[:G].reshape(G, *self.latent_grid)
+        sample_grid(rollout.images[rows], graph, scores, adv).save(self.run_dir / "samples" / f"step-{self.step:05d}.png")
+
+
+def _peak_memory_mb() -> float:
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    except ImportError:  # pragma: no cover - Windows
+        return float("nan")
+
+
+def _jsonable(metrics: dict) -> dict:
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+class _Progress:
+    """A rich progress bar on a terminal; plain log lines otherwise (CI, files, pipes)."""
+
+    def __init__(self, total: int, done: int, log: Callable[[str], None]):
+        self.total, self.done, self.log = total, done, log
+        self.tty = sys.stderr.isatty()
+
+    def __enter__(self):
+        if self.tty:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                                TextColumn("{task.fields[info]}"), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("train", total=self.total, completed=self.done, info="")
+        return self
+
+    def update(self, step: int, m: dict) -> None:
+        info = (f"GM {m.get('reward_gm', float('nan')):.3f} AM {m.get('reward_am', float('nan')):.3f} "
+                f"loss {m.get('loss', float('nan')):.4g} {m.get('images_per_s', 0):.1f} img/s")
+        if self.tty:
+            self.bar.update(self.task, completed=step, info=info)
+        else:
+            self.log(f"step {step}/{self.total} {info}" + (f" skipped: {m['skipped']}" if "skipped" in m else ""))
+
+    def __exit__(self, *exc):
+        if self.tty:
+            self.bar.stop()
+        return False
