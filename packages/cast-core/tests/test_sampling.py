@@ -1,0 +1,63 @@
+"""The window sampler: pure ODE without a window, SDE bookkeeping inside one, reproducible."""
+
+import pytest
+import torch
+
+from cast_core import Window
+from cast_core.sampling import concat_rollouts, sample, select_rows
+from cast_core.sde import sde_step
+from cast_core.testing import FakePolicy
+
+PROMPTS = ["a red circle", "two blue squares", "a green triangle"]
+
+
+def test_no_window_is_the_policys_own_euler_sampler():
+    policy = FakePolicy(seed=2)
+    out = sample(policy, PROMPTS, num_steps=5, generator=torch.Generator().manual_seed(0))
+    x = policy.initial_noise(3, None, torch.Generator().manual_seed(0))
+    cond = policy.encode(PROMPTS)
+    s = policy.sigmas(5)
+    for i in range(5):
+        x = x + (s[i + 1] - s[i]) * policy.velocity(x, s[i], cond)
+    assert torch.equal(out.final_latents, x)
+    assert torch.equal(out.images, policy.decode(x))
+    assert out.latents is None and out.log_probs is None and out.step_indices == []
+
+
+def test_window_steps_are_recorded_and_replayable():
+    policy = FakePolicy()
+    w = Window(1, 2)
+    out = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3), keep_x0=True)
+    n, c = policy.initial_noise(1).shape[1:]
+    assert out.latents.shape == (3, 2, n, c) and out.next_latents.shape == (3, 2, n, c)
+    assert out.log_probs.shape == (3, 2, n) and out.log_probs.dtype == torch.float32
+    assert out.x0.shape == (3, 5, n, c) and out.step_indices == [1, 2]
+    for t, i in enumerate(out.step_indices):  # re-scoring a stored move gives its stored log-prob
+        v = policy.velocity(out.latents[:, t], out.sigmas[i], out.conditioning)
+        lp = sde_step(v, out.latents[:, t], out.sigmas[i], out.sigmas[i + 1], 0.8, sigma_max=out.sigmas[1],
+                      prev_sample=out.next_latents[:, t]).log_prob.mean(-1)
+        assert torch.equal(lp, out.log_probs[:, t])
+    again = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(again.images, out.images)
+
+
+def test_sde_outside_window_is_untouched_and_eta_zero_is_ode():
+    policy = FakePolicy()
+    ode = sample(policy, PROMPTS, num_steps=4, generator=torch.Generator().manual_seed(1))
+    zero = sample(policy, PROMPTS, num_steps=4, window=Window(0, 4), eta=0.0, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(ode.final_latents, zero.final_latents)
+
+
+def test_window_must_fit():
+    with pytest.raises(ValueError, match="do not fit a schedule of 4 steps"):
+        sample(FakePolicy(), PROMPTS, num_steps=4, window=Window(3, 2))
+
+
+def test_chunked_rollouts_concatenate():
+    policy = FakePolicy()
+    gen = torch.Generator().manual_seed(0)
+    parts = [sample(policy, PROMPTS[:2], num_steps=3, window=Window(0, 1), generator=gen),
+             sample(policy, PROMPTS[2:], num_steps=3, window=Window(0, 1), generator=gen)]
+    whole = concat_rollouts(parts)
+    assert whole.prompts == PROMPTS and whole.latents.shape[0] == 3 and whole.conditioning.shape[0] == 3
+    assert torch.equal(select_rows({"a": whole.conditioning, "b": (whole.conditioning,)}, [2])["b"][0], whole.conditioning[[2]])
