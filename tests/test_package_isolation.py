@@ -65,7 +65,7 @@ def test_imports_are_declared(project):
     for module, where in _imports(project / "src").items():
         if module in own or module in sys.stdlib_module_names or module == "__future__":
             continue
-        dists = {_norm(d) for d in owners.get(module, [])}
+        dists = {_norm(d) for d in owners.get(module, [])} or {_norm(module)}  # not installed here: assume same name
         if not dists & declared:
             undeclared.append(f"{where} imports {module!r} (from {sorted(dists) or 'no installed distribution'})")
     assert not undeclared, f"{meta['name']} must declare these in its dependencies:\n" + "\n".join(undeclared)
