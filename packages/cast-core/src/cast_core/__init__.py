@@ -19,6 +19,7 @@ from cast_core.protocols import (
     AdvantageProjector,
     AtomDecomposer,
     AtomScorer,
+    Embedder,
     Policy,
     WindowSelector,
 )
@@ -26,6 +27,7 @@ from cast_core.registry import (
     get_advantage_projector,
     get_atom_decomposer,
     get_atom_scorer,
+    get_embedder,
     get_policy,
     get_recipe,
     get_window_selector,
@@ -37,8 +39,8 @@ from cast_core.version import __version__
 
 __all__ = [
     "__version__", "hookimpl", "lazy",
-    "Policy", "WindowSelector", "AtomDecomposer", "AtomScorer", "AdvantageProjector",
-    "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout", "AdvantageMap", "Recipe",
+    "Policy", "WindowSelector", "AtomDecomposer", "AtomScorer", "AdvantageProjector", "Embedder",
+    "get_embedder", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout", "AdvantageMap", "Recipe",
     "get_policy", "get_window_selector", "get_atom_decomposer", "get_atom_scorer",
     "get_advantage_projector", "get_recipe", "list_components",
     "CastError", "PluginError", "PluginLoadError", "DuplicateComponentError", "ComponentTypeError",

@@ -72,6 +72,11 @@ def register_advantage_projectors(register: RegisterFn) -> None:
 
 
 @hookspec
+def register_embedders(register: RegisterFn) -> None:
+    """Register image Embedder factories for window selection: ``register("clip", ClipEmbedder)``."""
+
+
+@hookspec
 def register_recipes(register: RegisterRecipeFn) -> None:
     """Register named bundles of defaults: ``register("flux2", Recipe(policy="flux2", scorer="soft-tifa"))``."""
 

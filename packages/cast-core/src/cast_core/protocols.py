@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Policy", "WindowSelector", "AtomDecomposer", "AtomScorer", "AdvantageProjector",
-    "PROTOCOLS", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout",
+    "Embedder", "PROTOCOLS", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout",
     "AdvantageMap", "Recipe", "ATOM_KINDS", "RELATION_SKILLS",
 ]
 
@@ -114,6 +114,15 @@ class AdvantageProjector(Protocol):
         ``[G, K, H, W]`` or None; returns an :class:`AdvantageMap` with values ``[G, h, w]``."""
 
 
+@runtime_checkable
+class Embedder(Protocol):
+    """Maps images to vectors whose cosine similarity says "same content" — what window
+    selection compares the Tweedie estimates with (CLIP for real models)."""
+
+    def embed(self, images: "torch.Tensor") -> "torch.Tensor":
+        """``[B, 3, H, W]`` images in ``[0, 1]`` → ``[B, D]`` float embeddings."""
+
+
 #: kind name (as used by the registry, CLI and JSON) -> protocol
 PROTOCOLS: dict[str, type] = {
     "policy": Policy,
@@ -121,4 +130,5 @@ PROTOCOLS: dict[str, type] = {
     "atom_decomposer": AtomDecomposer,
     "atom_scorer": AtomScorer,
     "advantage_projector": AdvantageProjector,
+    "embedder": Embedder,
 }

@@ -34,6 +34,7 @@ KINDS: dict[str, Kind] = {
     "atom_decomposer": Kind("atom_decomposer", "register_atom_decomposers", "decomposer", PROTOCOLS["atom_decomposer"]),
     "atom_scorer": Kind("atom_scorer", "register_atom_scorers", "scorer", PROTOCOLS["atom_scorer"]),
     "advantage_projector": Kind("advantage_projector", "register_advantage_projectors", "projector", PROTOCOLS["advantage_projector"]),
+    "embedder": Kind("embedder", "register_embedders", "embedder", PROTOCOLS["embedder"]),
     "recipe": Kind("recipe", "register_recipes", "recipe", None),
 }
 
@@ -176,6 +177,10 @@ def get_atom_scorer(name: str, **kwargs: Any) -> Any:
 
 def get_advantage_projector(name: str, **kwargs: Any) -> Any:
     return build("advantage_projector", name, **kwargs)
+
+
+def get_embedder(name: str, **kwargs: Any) -> Any:
+    return build("embedder", name, **kwargs)
 
 
 def get_recipe(name: str) -> Recipe:
