@@ -77,6 +77,11 @@ def register_embedders(register: RegisterFn) -> None:
 
 
 @hookspec
+def register_prompt_suites(register: RegisterFn) -> None:
+    """Register named prompt lists for eval and training: ``register("heldout-hard", lambda: [...])``."""
+
+
+@hookspec
 def register_recipes(register: RegisterRecipeFn) -> None:
     """Register named bundles of defaults: ``register("flux2", Recipe(policy="flux2", scorer="soft-tifa"))``."""
 

@@ -35,6 +35,7 @@ KINDS: dict[str, Kind] = {
     "atom_scorer": Kind("atom_scorer", "register_atom_scorers", "scorer", PROTOCOLS["atom_scorer"]),
     "advantage_projector": Kind("advantage_projector", "register_advantage_projectors", "projector", PROTOCOLS["advantage_projector"]),
     "embedder": Kind("embedder", "register_embedders", "embedder", PROTOCOLS["embedder"]),
+    "prompt_suite": Kind("prompt_suite", "register_prompt_suites", "prompt suite", None),
     "recipe": Kind("recipe", "register_recipes", "recipe", None),
 }
 
@@ -100,7 +101,10 @@ def _check_registration(spec: Kind, name: Any, factory: Any, dist: str) -> None:
             f"{dist} registered a {spec.label} named {name!r}; names must be lowercase kebab-case "
             f"such as 'soft-tifa'"
         )
-    if spec.protocol is None:
+    if spec.key == "prompt_suite":
+        if not callable(factory):
+            raise PluginError(f"prompt suite {name!r} from {dist}: {factory!r} is not callable")
+    elif spec.protocol is None:
         if not isinstance(factory, Recipe):
             raise PluginError(f"recipe {name!r} from {dist} is a {type(factory).__name__}, not a cast_core.Recipe")
     elif not callable(factory):
@@ -135,6 +139,11 @@ def build(kind: str, name: str, **kwargs: Any) -> Any:
     """Build component ``name`` of ``kind`` with ``kwargs`` and check it against its protocol."""
     reg = lookup(kind, name)
     spec = KINDS[kind]
+    if spec.key == "prompt_suite":
+        prompts = list(reg.factory())
+        if not prompts or not all(isinstance(p, str) for p in prompts):
+            raise PluginError(f"prompt suite {reg.name!r} from {reg.distribution} did not return a list of prompts")
+        return prompts
     if spec.protocol is None:
         return reg.factory
     obj = reg.factory(**kwargs)
@@ -181,6 +190,10 @@ def get_advantage_projector(name: str, **kwargs: Any) -> Any:
 
 def get_embedder(name: str, **kwargs: Any) -> Any:
     return build("embedder", name, **kwargs)
+
+
+def get_prompt_suite(name: str) -> list[str]:
+    return build("prompt_suite", name)
 
 
 def get_recipe(name: str) -> Recipe:

@@ -29,6 +29,7 @@ def save_net(net: ShapesNet, path: str | Path, extra_metadata: dict | None = Non
     tmp = path.with_suffix(path.suffix + ".tmp")
     save_file(tensors, str(tmp), metadata=meta)
     os.replace(tmp, path)
+    os.chmod(path, 0o644)
 
 
 def load_net(path: str | Path = DEFAULT_WEIGHTS) -> tuple[ShapesNet, dict[str, str]]:

@@ -63,3 +63,28 @@ def suite_command(name: str) -> None:
         raise click.ClickException(f"unknown suite {name!r}; suites: {', '.join(SUITE_NAMES)}")
     for prompt in suite(name):
         click.echo(prompt)
+
+
+@shapes_group.command("pretrain")
+@click.option("--workdir", type=click.Path(file_okay=False), help="Resumable state (default ~/.cache/cast/shapes-pretrain).")
+@click.option("--steps", default=None, type=int, help="Train until this many steps in total (default: 20000).")
+@click.option("--threads", type=int, help="torch threads.")
+@click.option("--export", "export_path", type=click.Path(dir_okay=False), help="Write the EMA weights here afterwards.")
+def pretrain_command(workdir, steps, threads, export_path):
+    """Pretrain the shapes network from scratch (resumable: run again to continue).
+
+    The shipped weights were produced by this command with the default settings and seed 0;
+    see the package's MODEL_CARD.md for the step count and wall time.
+    """
+    from cast_shapes.pretrain import main
+
+    argv = []
+    if workdir:
+        argv += ["--workdir", workdir]
+    if steps is not None:
+        argv += ["--steps", str(steps)]
+    if threads:
+        argv += ["--threads", str(threads)]
+    if export_path:
+        argv += ["--export", export_path]
+    main(argv)

@@ -1,10 +1,53 @@
 """Entry point of cast-shapes (``[project.entry-points.cast] shapes = "cast_shapes.plugin"``).
 
 Only names and lazy factories here: loading the plugin imports neither numpy nor torch.
-Not registered yet (unbuilt): the ``shapes`` policy and the ``shapes`` recipe (part 2).
 """
 
-from cast_core import hookimpl, lazy
+from cast_core import Recipe, hookimpl, lazy
+
+
+@hookimpl
+def register_policies(register):
+    register(
+        "shapes",
+        lazy("cast_shapes.policy:ShapesPolicy"),
+        description="tiny pretrained pixel-space FLUX.2 transformer of the shapes world, LoRA, CFG 2",
+    )
+
+
+@hookimpl
+def register_prompt_suites(register):
+    from cast_shapes.suites import SUITE_NAMES  # pure Python, no numpy/torch
+
+    for name in SUITE_NAMES:
+        register(name, _suite_factory(name), description=f"shapes world suite {name!r}")
+
+
+def _suite_factory(name):
+    def factory():
+        from cast_shapes.suites import suite
+
+        return suite(name)
+
+    return factory
+
+
+@hookimpl
+def register_recipes(register):
+    register("shapes", Recipe(
+        policy="shapes",
+        scorer="shapes-oracle",
+        decomposer="template",
+        projector="spatial",
+        settings={
+            "prompts": "cast_shapes.suites:train_prompts",
+            "num_steps": 10, "eta": 0.7, "window_start": 0, "window_size": 3,
+            "group_size": 8, "prompts_per_step": 4, "lr": 1e-3, "clip_range": 1e-3, "adv_clip": 5.0,
+            "beta": 0.0, "lam": 1.0, "gating": "soft", "ratio_mode": "position",
+            "sample_every": 10, "checkpoint_every": 25,
+        },
+        description="CAST on the built-in shapes world (CPU, minutes): the default of `cast train`",
+    ))
 
 
 @hookimpl

@@ -92,8 +92,9 @@ class Pretrainer:
         if not (src / "trainer.json").is_file():
             return
         meta = json.loads((src / "trainer.json").read_text())
-        if meta["config"] != asdict(self.cfg) | {"steps": meta["config"]["steps"]}:
-            changed = {k for k in meta["config"] if meta["config"][k] != asdict(self.cfg).get(k)} - {"steps"}
+        ignored = {"steps", "eval_every", "log_every"}  # cadence and length may change between sessions
+        if {k: v for k, v in meta["config"].items() if k not in ignored} != {k: v for k, v in asdict(self.cfg).items() if k not in ignored}:
+            changed = {k for k in meta["config"] if meta["config"][k] != asdict(self.cfg).get(k)} - ignored
             raise SystemExit(f"{src}: saved with different settings ({', '.join(sorted(changed))}); use another --workdir")
         self.net.load_state_dict(load_file(str(src / "net.safetensors")))
         self.ema.load_state_dict(load_file(str(src / "ema.safetensors")))
@@ -185,7 +186,7 @@ class Pretrainer:
 
     def export(self, path: str | Path) -> None:
         save_net(self.ema, path, {"pretrain_steps": self.step, "pretrain_seed": self.cfg.seed,
-                                  "pretrain_wall_s": round(self.elapsed()), "pretrain_config": json.dumps(asdict(self.cfg))})
+                                  "pretrain_wall_s": round(self.elapsed()), "pretrain_config": json.dumps({**asdict(self.cfg), "steps": self.step})})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -136,3 +136,8 @@ def suite(name: str) -> list[str]:
 def suite_digest(name: str) -> str:
     """sha256 of a suite's prompts, to pin suites in tests and record them next to results."""
     return hashlib.sha256("\n".join(_suite(name)).encode()).hexdigest()
+
+
+def train_prompts() -> list[str]:
+    """The RL training prompts (the ``train`` suite) — what the ``shapes`` recipe trains on."""
+    return suite("train")

@@ -1,0 +1,130 @@
+"""The ``shapes`` policy: the pretrained shapes network behind cast's Policy protocol, with a
+peft LoRA adapter on FLUX.2's attention and MLP projections.
+
+Guidance is inside :meth:`ShapesPolicy.velocity` (true classifier-free guidance against the
+empty prompt, as Qwen-Image does), so the policy *is* the guided velocity field. The adapter
+starts as a no-op (B = 0); :meth:`reference` disables it for the KL term.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+from cast_shapes.checkpoint_io import DEFAULT_WEIGHTS, load_net
+from cast_shapes.model import WordTokenizer, unpatchify
+from cast_shapes.sampling_ode import guided_velocity
+
+#: LoRA targets: FLUX.2's attention projections (double and single stream) and MLPs — the
+#: same module names as the full-size FLUX.2 transformer, as a full-match regex for peft.
+LORA_TARGETS = (
+    r".*(attn\.(to_q|to_k|to_v|to_out\.0|add_q_proj|add_k_proj|add_v_proj|to_add_out|to_qkv_mlp_proj)"
+    r"|single_transformer_blocks\.\d+\.attn\.to_out|ff(_context)?\.linear_(in|out))$"
+)
+ADAPTER_FILE = "pytorch_lora_weights.safetensors"  # diffusers' file name for LoRA weights
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+class ShapesPolicy:
+    def __init__(self, weights: str | Path | None = None, *, guidance: float = 2.0, lora_rank: int = 8,
+                 lora_alpha: float | None = None, device: str = "cpu"):
+        from peft import LoraConfig
+
+        self.weights = Path(weights) if weights else DEFAULT_WEIGHTS
+        self.net, self.metadata = load_net(self.weights)
+        self.net.requires_grad_(False)
+        self.net.to(device)
+        self.cfg = self.net.cfg
+        self.guidance = float(guidance)
+        self.device = torch.device(device)
+        self.default_image_size = (self.cfg.image_size, self.cfg.image_size)
+        self.tokenizer = WordTokenizer(self.cfg.vocabulary, self.cfg.max_tokens)
+        self.lora = {"r": lora_rank, "lora_alpha": lora_alpha or 2 * lora_rank, "target_modules": LORA_TARGETS}
+        self.net.transformer.add_adapter(LoraConfig(init_lora_weights="gaussian", **self.lora))
+        with torch.no_grad():
+            self.uncond = self.net.text(self.tokenizer([""]).to(self.device))
+        digest = hashlib.sha256(self.weights.read_bytes()).hexdigest()[:16]
+        self.identity = f"shapes:{digest}:g{self.guidance}"
+
+    # -- Policy protocol ------------------------------------------------------------------------
+    def encode(self, prompts: Sequence[str]) -> torch.Tensor:
+        with torch.no_grad():  # the text encoder is frozen: only the transformer gets LoRA
+            return self.net.text(self.tokenizer(list(prompts)).to(self.device))
+
+    def sigmas(self, num_steps: int, image_size=None) -> torch.Tensor:
+        self._check_size(image_size)
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        return torch.linspace(1.0, 0.0, num_steps + 1, dtype=torch.float32)
+
+    def latent_grid(self, image_size=None) -> tuple[int, int]:
+        self._check_size(image_size)
+        return self.cfg.grid, self.cfg.grid
+
+    def initial_noise(self, n: int, image_size=None, generator: torch.Generator | None = None) -> torch.Tensor:
+        self._check_size(image_size)
+        x = torch.randn(n, self.cfg.grid * self.cfg.grid, self.cfg.channels, generator=generator)
+        return x.to(self.device)
+
+    def velocity(self, latents: torch.Tensor, sigma, cond: torch.Tensor) -> torch.Tensor:
+        return guided_velocity(self.net, latents, sigma, cond, self.uncond, self.guidance)
+
+    def decode(self, latents: torch.Tensor, image_size=None) -> torch.Tensor:
+        self._check_size(image_size)
+        return unpatchify(latents.float(), self.cfg.patch, self.cfg.image_size)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for n, p in self.net.transformer.named_parameters() if "lora_" in n and p.requires_grad]
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        self.net.transformer.disable_adapters()
+        try:
+            yield
+        finally:
+            self.net.transformer.enable_adapters()
+
+    def save_adapter(self, directory: str | Path) -> None:
+        from peft.utils import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        state = get_peft_model_state_dict(self.net.transformer)
+        save_file({f"transformer.{k}": v.detach().contiguous().cpu() for k, v in state.items()}, str(directory / ADAPTER_FILE))
+        (directory / ADAPTER_CONFIG).write_text(json.dumps({**self.lora, "base": self.identity}, indent=2))
+
+    def load_adapter(self, directory: str | Path) -> None:
+        from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        path = Path(directory) / ADAPTER_FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"no LoRA weights at {path}; expected a directory written by save_adapter")
+        state = {k.removeprefix("transformer."): v for k, v in load_file(str(path)).items()}
+        expected = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(self.net.transformer).items()}
+        found = {k: tuple(v.shape) for k, v in state.items()}
+        if found != expected:
+            bad = sorted(set(found.items()) ^ set(expected.items()))
+            raise ValueError(f"{path} does not match this policy's LoRA (rank/targets differ): "
+                             f"{len(bad)} mismatched tensors, e.g. {bad[0][0]}")
+        result = set_peft_model_state_dict(self.net.transformer, state)
+        if getattr(result, "unexpected_keys", None):
+            raise ValueError(f"{path}: unexpected LoRA tensors {result.unexpected_keys[:3]}")
+
+    # -- extras -----------------------------------------------------------------------------------
+    @property
+    def calibration_prompts(self) -> list[str]:
+        """Prompts for window calibration: training prompts of every atom count (never held out)."""
+        from cast_shapes.suites import suite
+
+        return [p for k in range(3, 9) for p in suite(f"atoms-{k}")[:4]]
+
+    def _check_size(self, image_size) -> None:
+        if image_size is not None and tuple(image_size) != self.default_image_size:
+            raise ValueError(f"the shapes policy draws {self.default_image_size} images, asked for {tuple(image_size)}")

@@ -1,0 +1,61 @@
+"""The shapes policy behind cast's Policy protocol: conformance, exact ODE parity, LoRA I/O."""
+
+import pytest
+import torch
+
+from cast_core.sampling import sample
+from cast_core.testing import PolicyConformance
+from cast_shapes.checkpoint_io import save_net
+from cast_shapes.model import ShapesModelConfig, ShapesNet
+from cast_shapes.policy import ShapesPolicy
+from cast_shapes.sampling_ode import ode_sample
+
+
+@pytest.fixture(scope="module")
+def random_weights(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("w") / "random.safetensors"
+    save_net(ShapesNet(ShapesModelConfig()), path)
+    return path
+
+
+class TestShapesPolicy(PolicyConformance):
+    @pytest.fixture(autouse=True)
+    def _weights(self, random_weights):
+        self.weights = random_weights
+
+    def make_policy(self):
+        return ShapesPolicy(self.weights)
+
+
+def test_window_free_sampling_is_the_networks_own_ode_sampler(random_weights):
+    policy = ShapesPolicy(random_weights, guidance=2.0)
+    prompts = ["a red circle", "two blue squares left of a green triangle"]
+    ours = sample(policy, prompts, num_steps=6, generator=torch.Generator().manual_seed(5)).images
+    theirs = ode_sample(policy.net, prompts, num_steps=6, guidance=2.0, seed=5)
+    assert torch.equal(ours, theirs)
+
+
+def test_adapter_files_and_mismatch(random_weights, tmp_path):
+    policy = ShapesPolicy(random_weights, lora_rank=4)
+    policy.save_adapter(tmp_path / "a")
+    assert (tmp_path / "a" / "pytorch_lora_weights.safetensors").is_file()
+    assert (tmp_path / "a" / "adapter_config.json").is_file()
+    with pytest.raises(ValueError, match="does not match this policy's LoRA"):
+        ShapesPolicy(random_weights, lora_rank=2).load_adapter(tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match="expected a directory written by save_adapter"):
+        policy.load_adapter(tmp_path / "missing")
+
+
+def test_only_lora_is_trainable(random_weights):
+    policy = ShapesPolicy(random_weights)
+    trainable = {id(p) for p in policy.trainable_parameters()}
+    assert trainable and all(not p.requires_grad for p in policy.net.parameters() if id(p) not in trainable)
+    names = [n for n, p in policy.net.transformer.named_parameters() if id(p) in trainable]
+    assert any("single_transformer_blocks.0.attn.to_qkv_mlp_proj" in n for n in names)
+    assert any("transformer_blocks.0.attn.to_q" in n for n in names)
+
+
+def test_wrong_image_size_is_refused(random_weights):
+    with pytest.raises(ValueError, match="draws \\(32, 32\\) images"):
+        ShapesPolicy(random_weights).latent_grid((64, 64))
