@@ -30,10 +30,12 @@ test-slow: install
 		(cd $$p && $(BIN)/python -m pytest -q -m slow) || [ $$? -eq 5 ]; \
 	done
 
-# For now the main job is listing what is installed; the shapes-world issues turn this into
-# training on the built-in world with a report.
+# The main job: CAST on the built-in shapes world for a few minutes, base vs trained on the
+# held-out hard prompts, and runs/demo-*/report.html.
+DEMO_MINUTES ?= 6
 demo: install
 	$(BIN)/cast plugins
+	$(BIN)/cast shapes demo --minutes $(DEMO_MINUTES)
 
 bench: install
 	$(BIN)/python benchmarks/cli_startup.py

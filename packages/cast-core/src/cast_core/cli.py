@@ -100,11 +100,12 @@ def _add_core_commands() -> None:
     # Each command lives in its own module; importing them is cheap (click only at module level).
     from cast_core.commands.decompose import decompose_command
     from cast_core.commands.eval import eval_command
+    from cast_core.commands.report import report_command
     from cast_core.commands.sample import sample_command
     from cast_core.commands.score import score_command
     from cast_core.commands.train import train_command
 
-    for command in (decompose_command, score_command, train_command, sample_command, eval_command):
+    for command in (decompose_command, score_command, train_command, sample_command, eval_command, report_command):
         cli.add_command(command)
 
 

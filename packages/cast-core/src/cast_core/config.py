@@ -81,6 +81,7 @@ class TrainConfig:
     ema: float = _f(0.0, "EMA decay of the adapter for sampling grids and eval; 0 = off", low=0.0, high=1.0)
     # -- run ----------------------------------------------------------------------------------
     steps: int = _f(100, "training steps", low=1, high=10_000_000)
+    max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)
     seed: int = _f(0, "seed of every random choice (prompts, noise, windows)", low=0, high=2**63 - 1)
     precision: str = _f("no", "accelerate mixed precision", choices=("no", "bf16", "fp16"))
     cpu: bool = _f(False, "force CPU even when an accelerator is present")

@@ -54,3 +54,28 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
         "images": len(per_image),
         "prompts": len(prompts),
     }
+
+
+def verdict_grid(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
+                 num_steps: int = 10, seed: int = 0):
+    """A picture: one row per prompt (its images with GM and per-atom pass/fail marks), sampled
+    with :func:`evaluate`'s seeding so base and fine-tuned grids show the same noise."""
+    from PIL import Image, ImageDraw
+
+    from cast_core.viz import sample_grid
+
+    rows = []
+    for i, prompt in enumerate(prompts):
+        gen = torch.Generator().manual_seed(seed_for(seed, "grid", i))
+        images = sample(policy, [prompt] * images_per_prompt, num_steps=num_steps, generator=gen).images
+        graph = decomposer.decompose(prompt)
+        scores = scorer.score(images, [graph] * images_per_prompt).scores
+        rows.append((prompt, sample_grid(images, graph, scores)))
+    width = max(r.width for _, r in rows)
+    canvas = Image.new("RGB", (width, sum(r.height + 14 for _, r in rows)), "white")
+    draw, y = ImageDraw.Draw(canvas), 0
+    for prompt, row in rows:
+        draw.text((2, y), prompt, fill=(0, 0, 0))
+        canvas.paste(row, (0, y + 14))
+        y += row.height + 14
+    return canvas

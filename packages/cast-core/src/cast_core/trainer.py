@@ -314,15 +314,20 @@ class Trainer:
     def run(self) -> dict:
         cfg = self.config
         last: dict = {}
+        deadline = time.monotonic() + 60 * cfg.max_minutes if cfg.max_minutes else math.inf
         with _Progress(cfg.steps, self.step, self.log) as progress, open(self.run_dir / "metrics.jsonl", "a") as metrics_file:
             while self.step < cfg.steps:
                 last = self.train_step()
-                if self.step % cfg.log_every == 0 or self.step == cfg.steps:
+                final = self.step == cfg.steps or time.monotonic() >= deadline
+                if self.step % cfg.log_every == 0 or final:
                     metrics_file.write(json.dumps(_jsonable(last)) + "\n")
                     metrics_file.flush()
-                if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+                if self.step % cfg.checkpoint_every == 0 or final:
                     self.save()
                 progress.update(self.step, last)
+                if final and self.step < cfg.steps:
+                    self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
+                    break
         return last
 
     def save(self) -> Path:

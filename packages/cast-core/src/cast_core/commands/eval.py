@@ -19,7 +19,8 @@ import click
 @click.option("--decomposer", default="template", show_default=True, help="Decomposer.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
-def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, scorer, decomposer, as_json, out):
+@click.option("--grid", type=click.Path(dir_okay=False), help="Also draw the first prompts' images with verdicts here.")
+def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, scorer, decomposer, as_json, out, grid):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
     from cast_core.commands.inputs import read_prompt_file
@@ -32,8 +33,12 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     pol = get_policy(policy)
     if adapter:
         pol.load_adapter(adapter)
-    result = evaluate(pol, prompts, get_atom_scorer(scorer), get_atom_decomposer(decomposer),
-                      images_per_prompt=images_per_prompt, num_steps=steps, seed=seed)
+    judge, dec = get_atom_scorer(scorer), get_atom_decomposer(decomposer)
+    result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed)
+    if grid:
+        from cast_core.evaluation import verdict_grid
+
+        verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed).save(grid)
     result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file, "steps": steps, "seed": seed})
     if out:
         with open(out, "w") as f:

@@ -1,0 +1,102 @@
+"""``report.html`` for a run directory: curves, sample grids and evaluation tables in one file.
+
+Self-contained (charts are inline SVG, pictures are base64 PNGs) so it can be opened from a
+laptop, attached to an issue or archived next to the checkpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+from pathlib import Path
+
+CURVES = (("reward_gm", "reward GM (prompt level)"), ("reward_am", "reward AM (atom level)"),
+          ("loss", "policy loss"), ("clip_fraction", "clip fraction"), ("saturated_fraction", "saturated atoms"))
+
+
+def _svg_line(xs: list[float], ys: list[float], title: str, width: int = 420, height: int = 180) -> str:
+    pts = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
+    if len(pts) < 2:
+        return f"<p>{html.escape(title)}: not enough points</p>"
+    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+    y1 = y1 if y1 > y0 else y0 + 1e-9
+    pad = 36
+
+    def sx(x):
+        return pad + (x - x0) / ((x1 - x0) or 1) * (width - pad - 8)
+
+    def sy(y):
+        return height - 22 - (y - y0) / (y1 - y0) * (height - 40)
+
+    raw = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+    k = max(1, len(pts) // 20)  # moving average to show the trend through the noise
+    smooth = [(pts[i][0], sum(p[1] for p in pts[max(0, i - k):i + 1]) / len(pts[max(0, i - k):i + 1])) for i in range(len(pts))]
+    trend = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in smooth)
+    return (
+        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" style="background:#fafafa">'
+        f'<text x="{pad}" y="14" font-size="12">{html.escape(title)}</text>'
+        f'<polyline points="{raw}" fill="none" stroke="#9ab" stroke-width="1"/>'
+        f'<polyline points="{trend}" fill="none" stroke="#c33" stroke-width="2"/>'
+        f'<text x="2" y="{sy(y1) + 4:.0f}" font-size="10">{y1:.3g}</text>'
+        f'<text x="2" y="{sy(y0):.0f}" font-size="10">{y0:.3g}</text>'
+        f'<text x="{pad}" y="{height - 6}" font-size="10">step {x0:g}</text>'
+        f'<text x="{width - 70}" y="{height - 6}" font-size="10">step {x1:g}</text></svg>'
+    )
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img src="data:image/png;base64,{data}" title="{html.escape(path.name)}" style="image-rendering:pixelated;max-width:100%">'
+
+
+def _eval_table(evals: dict[str, dict]) -> str:
+    names = list(evals)
+    rows = [("GM (prompt level)", [evals[n]["gm"] for n in names]), ("AM (atom level)", [evals[n]["am"] for n in names])]
+    keys = sorted({k for n in names for k in evals[n].get("by_atom_count", {})}, key=int)
+    rows += [(f"GM, {k} atoms", [evals[n]["by_atom_count"].get(k) for n in names]) for k in keys]
+    skills = sorted({k for n in names for k in evals[n].get("by_skill", {})})
+    rows += [(f"AM, {s}", [evals[n]["by_skill"].get(s) for n in names]) for s in skills]
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
+    body = "".join(
+        "<tr><td>" + html.escape(label) + "</td>" + "".join(f"<td>{v:.3f}</td>" if v is not None else "<td>–</td>" for v in vals) + "</tr>"
+        for label, vals in rows
+    )
+    return f"<table><tr><th></th>{head}</tr>{body}</table>"
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json and grid PNGs."""
+    run = Path(run_dir)
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()] \
+        if (run / "metrics.jsonl").exists() else []
+    parts = [f"<h1>cast run: {html.escape(run.name)}</h1>"]
+    if (run / "config.toml").exists():
+        parts.append(f"<details><summary>configuration</summary><pre>{html.escape((run / 'config.toml').read_text())}</pre></details>")
+    evals = {p.stem.removeprefix("eval-"): json.loads(p.read_text()) for p in sorted(run.glob("eval-*.json"))}
+    if evals:
+        suite = next(iter(evals.values())).get("suite", "")
+        parts.append(f"<h2>Evaluation on {html.escape(str(suite))}</h2>" + _eval_table(evals))
+    grids = sorted(run.glob("grid-*.png"))
+    if grids:
+        parts.append("<h2>Before / after (same prompts, same seeds; + pass, − fail per atom)</h2>")
+        parts += [f"<h3>{html.escape(g.stem.removeprefix('grid-'))}</h3>{_img(g)}" for g in grids]
+    if metrics:
+        steps = [m["step"] for m in metrics]
+        parts.append("<h2>Training curves</h2><div>" + "".join(
+            _svg_line(steps, [m.get(key) for m in metrics], title) for key, title in CURVES if any(key in m for m in metrics)
+        ) + "</div>")
+        last = metrics[-1]
+        parts.append(f"<p>{len(metrics)} steps logged; {last.get('images_sampled', '?')} images sampled; "
+                     f"skipped updates {last.get('skipped_updates', 0)}, scorer failures {last.get('scorer_failures', 0)}.</p>")
+    samples = sorted((run / "samples").glob("step-*.png")) if (run / "samples").is_dir() else []
+    if samples:
+        shown = samples if len(samples) <= 4 else [samples[0], samples[len(samples) // 3], samples[2 * len(samples) // 3], samples[-1]]
+        parts.append("<h2>Training samples (first prompt of the step; top: images, bottom: advantage map, red +, blue −)</h2>")
+        parts += [f"<h3>{s.stem}</h3>{_img(s)}" for s in shown]
+    style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}svg{margin:4px}"
+    out = run / "report.html"
+    out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>cast report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    return out
