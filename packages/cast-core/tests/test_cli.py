@@ -32,7 +32,7 @@ def test_plugins_json_shape():
     assert core["version"] == __version__
     assert core["components"]["policy"] == ["fake"]
     assert core["components"]["atom_scorer"] == ["constant", "left-brightness"]
-    assert core["components"]["advantage_projector"] == ["scalar", "spatial"]
+    assert core["components"]["advantage_projector"] == ["atoms", "scalar", "spatial"]
     assert core["components"]["recipe"] == ["cast", "flow-grpo"]
 
 

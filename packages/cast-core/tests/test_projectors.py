@@ -134,3 +134,22 @@ class TestHardSpatialProjectorConformance(AdvantageProjectorConformance):
 
     def make_projector(self):
         return SpatialProjector(lam=0.5, gating="hard")
+
+
+class TestAtomProjectorConformance(AdvantageProjectorConformance):
+    def make_projector(self):
+        from cast_core.projectors import AtomProjector
+
+        return AtomProjector()
+
+
+def test_atom_projector_is_spatial_with_flat_maps():
+    from cast_core.projectors import AtomProjector, SpatialProjector
+    from cast_core.testing import simple_graph
+
+    g = simple_graph()
+    scores = torch.rand(4, 3, generator=torch.Generator().manual_seed(0))
+    heat = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    a = AtomProjector().project(scores, heat, g, (2, 2)).values
+    b = SpatialProjector().project(scores, None, g, (2, 2)).values
+    assert torch.equal(a, b) and AtomProjector.needs_heatmaps is False

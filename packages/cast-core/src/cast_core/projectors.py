@@ -23,7 +23,7 @@ from cast_core.advantages import (
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import AdvantageMap
 
-__all__ = ["ScalarProjector", "SpatialProjector", "normalise_heatmaps"]
+__all__ = ["ScalarProjector", "SpatialProjector", "AtomProjector", "normalise_heatmaps"]
 
 
 def _check(scores: torch.Tensor, graph: SceneGraph, latent_grid: tuple[int, int]) -> tuple[int, int]:
@@ -59,6 +59,8 @@ class ScalarProjector:
 
     ``prompt_advantages`` is the unclipped ``Âg``; ``values`` the clipped map.
     """
+
+    needs_heatmaps = False  # the trainer then asks the scorer for scores only
 
     def __init__(self, adv_clip: float = 5.0, eps: float = 1e-6):
         self.adv_clip = _check_clip(adv_clip)
@@ -152,3 +154,14 @@ class SpatialProjector:
         values = self.lam * adv_g[:, None, None] + torch.einsum("gk,gkhw->ghw", adv_atoms, maps)
         values, stats = _clip(values, advantage_stats(scores, flat), self.adv_clip)
         return AdvantageMap(values, adv_g, stats)
+
+
+class AtomProjector(SpatialProjector):
+    """Ablation between the two: CAST's atom-level advantages without spatial grounding —
+    every heatmap is treated as flat, so ``A[g] = λ·Âg + Σ_k Â[g,k]`` everywhere. Comparing it
+    with ``spatial`` isolates the effect of placing advantages where the judge looked."""
+
+    needs_heatmaps = False
+
+    def project(self, scores, heatmaps, graph, latent_grid) -> AdvantageMap:
+        return super().project(scores, None, graph, latent_grid)

@@ -51,6 +51,11 @@ def register_advantage_projectors(register):
         lazy("cast_core.projectors:SpatialProjector"),
         description="CAST: λ·prompt advantage + per-atom advantages placed by the judge's heatmaps",
     )
+    register(
+        "atoms",
+        lazy("cast_core.projectors:AtomProjector"),
+        description="ablation: CAST's atom-level advantages spread uniformly (no heatmaps)",
+    )
 
 
 # Flow-GRPO's published defaults (config/grpo.py, geneval_sd3), shared by both recipes so that

@@ -13,6 +13,7 @@ from cast_core.testing.conformance import (
     AdvantageProjectorConformance,
     AtomDecomposerConformance,
     AtomScorerConformance,
+    EmbedderConformance,
     PolicyConformance,
     WindowSelectorConformance,
 )
@@ -21,7 +22,7 @@ from cast_core.testing.plugin_package import PluginPackageConformance
 
 __all__ = [
     "PolicyConformance", "WindowSelectorConformance", "AtomDecomposerConformance",
-    "AtomScorerConformance", "AdvantageProjectorConformance", "FakePolicy", "ConstantScorer",
+    "AtomScorerConformance", "AdvantageProjectorConformance", "EmbedderConformance", "FakePolicy", "ConstantScorer",
     "FakeDecomposer", "LeftBrightnessScorer",
     "simple_graph", "PluginPackageConformance",
 ]

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from cast_core.protocols import AdvantageProjector, AtomDecomposer, AtomScorer, Policy, WindowSelector
+from cast_core.protocols import AdvantageProjector, AtomDecomposer, AtomScorer, Embedder, Policy, WindowSelector
 from cast_core.scene_graph import ATOM_KINDS, SceneGraph
 from cast_core.types import AdvantageMap, AtomScores, Window
 
@@ -279,3 +279,56 @@ class AdvantageProjectorConformance:
         scores[1] = 0.05
         out = self.make_projector().project(scores, heatmaps, graph, self.latent_grid)
         assert float(out.values[0].mean()) > float(out.values[1].mean())
+
+
+class EmbedderConformance:
+    """Contract of an :class:`~cast_core.protocols.Embedder`. Implement :meth:`make_embedder`;
+    override :meth:`make_images` to feed images your embedder understands.
+
+    Window selection compares embeddings of one image batch with another's by cosine similarity,
+    so what matters is: one finite vector per image, the same vector for the same image however it
+    is batched, and different vectors for clearly different images.
+    """
+
+    image_size: tuple[int, int] = (32, 32)
+    atol: float = 1e-4
+
+    def make_embedder(self) -> Any:
+        raise NotImplementedError("return a freshly built embedder (small and on CPU)")
+
+    def make_images(self) -> torch.Tensor:
+        """Four different images ``[4, 3, H, W]`` in ``[0, 1]``."""
+        gen = torch.Generator().manual_seed(0)
+        noise = torch.rand(2, 3, *self.image_size, generator=gen)
+        h, w = self.image_size
+        half = torch.ones(3, h, w)
+        half[:, :, : w // 2] = 0.0
+        return torch.cat([noise, half[None], 1.0 - half[None]])
+
+    def test_is_embedder(self):
+        assert isinstance(self.make_embedder(), Embedder)
+
+    def test_one_finite_vector_per_image(self):
+        images = self.make_images()
+        emb = self.make_embedder().embed(images)
+        assert isinstance(emb, torch.Tensor) and emb.ndim == 2, f"expected [B, D], got {getattr(emb, 'shape', emb)}"
+        assert emb.shape[0] == images.shape[0] and emb.shape[1] >= 1, tuple(emb.shape)
+        assert emb.is_floating_point() and bool(torch.isfinite(emb).all())
+
+    def test_is_deterministic(self):
+        images = self.make_images()
+        embedder = self.make_embedder()
+        torch.testing.assert_close(embedder.embed(images), embedder.embed(images))
+
+    def test_batching_does_not_change_embeddings(self):
+        images = self.make_images()
+        embedder = self.make_embedder()
+        together = embedder.embed(images)
+        alone = torch.cat([embedder.embed(images[i:i + 1]) for i in range(images.shape[0])])
+        torch.testing.assert_close(alone, together, atol=self.atol, rtol=self.atol)
+
+    def test_tells_different_images_apart(self):
+        emb = self.make_embedder().embed(self.make_images()).float()
+        cos = torch.nn.functional.cosine_similarity(emb[:, None], emb[None], dim=-1)
+        off_diagonal = cos[~torch.eye(len(emb), dtype=torch.bool)]
+        assert bool((off_diagonal < 1 - 1e-4).all()), f"different images embed identically: cosines {cos.tolist()}"
