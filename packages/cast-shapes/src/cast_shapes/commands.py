@@ -133,3 +133,27 @@ def demo_command(minutes, out, images_per_prompt, sets):
     click.echo(f"held-out hard prompts: GM {b['gm']:.3f} -> {t['gm']:.3f}, AM {b['am']:.3f} -> {t['am']:.3f} "
                f"after {trainer.step} steps ({trainer.counters['images_sampled']} images)")
     click.echo(f"report: {report}")
+
+
+@click.command("bench")
+@click.option("--quick", is_flag=True, help="flow-grpo and cast only, shorter runs (<= 20 min on 2 CPU cores).")
+@click.option("--seeds", type=int, help="Seeds per method (default 3).")
+@click.option("--steps", type=int, help="Training steps per run (equal for every method).")
+@click.option("--method", "methods", multiple=True, help="Restrict to these methods (repeatable).")
+@click.option("--out", default="bench", show_default=True, type=click.Path(file_okay=False), help="Output directory (resumable).")
+def bench_command(quick, seeds, steps, methods, out):
+    """Base vs Flow-GRPO vs CAST (and ablations) on the shapes world at equal sampling budget;
+    writes bench.json and bench.png and prints the table."""
+    from pathlib import Path
+
+    from cast_shapes.bench import METHODS, format_table, plan, run_bench
+
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise click.ClickException(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    p = plan(quick, seeds, steps, tuple(methods) or None)
+    click.echo(f"bench: {len(p.methods)} methods x {len(p.seeds)} seeds, {p.steps} steps "
+               f"({p.images_per_run} images) per run -> {out}")
+    summary = run_bench(Path(out), p, log=click.echo)
+    click.echo(format_table(summary))
+    click.echo(f"wrote {Path(out) / 'bench.json'} and {Path(out) / 'bench.png'}")

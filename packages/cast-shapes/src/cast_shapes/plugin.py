@@ -61,6 +61,7 @@ def register_atom_scorers(register):
 
 @hookimpl
 def register_commands(cli):
-    from cast_shapes.commands import shapes_group
+    from cast_shapes.commands import bench_command, shapes_group
 
     cli.add_command(shapes_group)
+    cli.add_command(bench_command)
