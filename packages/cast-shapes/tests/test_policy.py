@@ -5,18 +5,10 @@ import torch
 
 from cast_core.sampling import sample
 from cast_core.testing import PolicyConformance
-from cast_shapes.checkpoint_io import save_net
-from cast_shapes.model import ShapesModelConfig, ShapesNet
 from cast_shapes.policy import ShapesPolicy
 from cast_shapes.sampling_ode import ode_sample
 
 
-@pytest.fixture(scope="module")
-def random_weights(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("w") / "random.safetensors"
-    save_net(ShapesNet(ShapesModelConfig()), path)
-    return path
 
 
 class TestShapesPolicy(PolicyConformance):

@@ -7,16 +7,8 @@ import torch
 
 from cast_core.commands.train import build_config
 from cast_core.trainer import Trainer
-from cast_shapes.checkpoint_io import save_net
-from cast_shapes.model import ShapesModelConfig, ShapesNet
 
 
-@pytest.fixture(scope="module")
-def random_weights(tmp_path_factory):
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("w") / "random.safetensors"
-    save_net(ShapesNet(ShapesModelConfig()), path)
-    return path
 
 
 def test_shapes_is_the_default_recipe():
