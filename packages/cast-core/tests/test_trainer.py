@@ -86,7 +86,7 @@ def test_resume_is_bit_identical(tmp_path):
 
 def test_sigkill_then_resume_matches_a_straight_run(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    args = ["--policy", "fake", "--scorer", "left-brightness", "--decomposer", "fake", "--projector", "spatial",
+    args = ["--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness", "--decomposer", "fake", "--projector", "spatial",
             "--set", f"prompts={json.dumps(PROMPTS)}", "--set", "group_size=8", "--set", "num_steps=6",
             "--set", "window_size=3", "--set", "lr=0.05", "--set", "clip_range=0.2", "--set", "checkpoint_every=1",
             "--set", "sample_every=0", "--steps", "150"]
@@ -184,7 +184,8 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
     recipe = get_recipe("flow-grpo")
     cfg = fake_config(projector=recipe.projector, steps=1)
     cfg.update(dict(recipe.settings), "recipe")
-    cfg.update({"group_size": 6, "num_steps": 10, "beta": 0.0, "clip_range": 0.05}, "test")
+    cfg.update({"group_size": 6, "num_steps": 10, "beta": 0.0, "clip_range": 0.05, "window": None,
+                "window_start": 0, "window_size": 9}, "test")  # late steps: large ratios, clipping active
     trainer = Trainer(cfg, tmp_path / "run", log=quiet)
     prompts = trainer.pick_prompts(0)
     batch = [p for p in prompts for _ in range(cfg.group_size)]
@@ -219,11 +220,11 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
         (["--set", "lr"], "--set 'lr': expected KEY=VALUE"),
         (["--config", "nope.toml"], "config file nope.toml does not exist"),
         (["--policy", "flux3"], "Unknown policy 'flux3'. Choose one of: "),
-        (["--set", "window_start=9", "--set", "num_steps=10"], "window_start=9 + window_size=3 exceeds num_steps=10"),
+        (["--set", "window_start=9", "--set", "num_steps=10"], "window_start=9 + window_size=2 exceeds num_steps=10"),
     ],
 )
 def test_config_errors_are_one_clear_line(args, message, tmp_path):
-    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--out", str(tmp_path / "r"), *args])
+    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--window", "none", "--out", str(tmp_path / "r"), *args])
     assert out.exit_code != 0
     assert message in out.output, out.output
     assert "Traceback" not in out.output
@@ -248,7 +249,7 @@ def test_config_toml_round_trips(tmp_path):
 
 def test_cast_train_cli_with_fake_components(tmp_path):
     run = tmp_path / "run"
-    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--policy", "fake", "--scorer", "left-brightness",
+    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness",
                                    "--decomposer", "fake", "--set", "group_size=4", "--set", 'prompts=["a dog"]',
                                    "--set", "prompts_per_step=1", "--steps", "3", "--out", str(run)])
     assert out.exit_code == 0, out.output

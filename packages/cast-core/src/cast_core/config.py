@@ -123,7 +123,7 @@ def _type_name(f: dataclasses.Field) -> str:
 def _convert(f: dataclasses.Field, raw: Any, source: str) -> Any:
     t = _type_name(f)
     where = f"{source}: config key {f.name!r}"
-    if raw is None:
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() == "none" and "None" in t):
         if "None" in t:
             return None
         raise ConfigError(f"{where} cannot be empty ({f.metadata['help']})")
@@ -214,14 +214,14 @@ def dump_toml(values: Mapping[str, Any]) -> str:
         elif isinstance(value, dict):
             tables.append((key, value))
         else:
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {toml_value(value)}")
     for key, table in tables:
-        inner = ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in table.items())
+        inner = ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in table.items())
         lines.append(f"{key} = {{{inner}}}")
     return "\n".join(lines) + "\n"
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -229,7 +229,7 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")

@@ -163,8 +163,23 @@ class Trainer:
         if hasattr(self.selector, "select_for_step"):  # per-step selectors (random, sliding) draw from the run's seed
             return self.selector.select_for_step(self.policy, prompts, cfg.num_steps, step=step, seed=cfg.seed)
         if not hasattr(self, "_window"):
-            self._window = self.selector.select(self.policy, prompts, cfg.num_steps)
+            self._window = self._measured_window()
         return self._window
+
+    def _measured_window(self) -> Window:
+        """Select once per run and record it in window.json, so that a resumed run keeps the
+        window it started with (even if a selector's cache was cleared in between). The selector
+        sees all training prompts, never the prompts of whichever step we resume at."""
+        path = self.run_dir / "window.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            return Window(data["start"], data["size"], data.get("diagnostics", {}))
+        window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
+        record = {"start": window.start, "size": window.size, "selector": self.config.window,
+                  "diagnostics": _jsonable_tree(dict(window.diagnostics))}
+        path.write_text(json.dumps(record, indent=2))
+        self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
+        return window
 
     def rollout(self, prompts: list[str], window: Window, generator: torch.Generator) -> Rollout:
         cfg = self.config
@@ -361,6 +376,21 @@ def _peak_memory_mb() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     except ImportError:  # pragma: no cover - Windows
         return float("nan")
+
+
+def _jsonable_tree(obj: Any) -> Any:
+    """Diagnostics as JSON: tensors/arrays become lists, other odd objects their repr."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable_tree(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
 
 
 def _jsonable(metrics: dict) -> dict:

@@ -21,13 +21,14 @@ from typing import Callable
 
 #: method -> config overrides on top of the `shapes` recipe (what the method changes, nothing else)
 METHODS: dict[str, dict] = {
-    "flow-grpo": {"projector": "scalar", "ratio_mode": "sample"},
-    "cast": {"projector": "spatial", "ratio_mode": "position"},
+    "flow-grpo": {"projector": "scalar", "ratio_mode": "sample", "window": "random",
+                  "window_kwargs": {"size": 3, "lo": 0, "hi": 6}},
+    "cast": {"projector": "spatial", "ratio_mode": "position"},  # the recipe's measured window
     # ablations: which part of CAST matters
     "cast-atoms-no-heatmaps": {"projector": "atoms", "ratio_mode": "position"},
     "cast-scalar-per-position": {"projector": "scalar", "ratio_mode": "position"},
-    "cast-window-early": {"projector": "spatial", "ratio_mode": "position", "window_start": 0, "window_size": 3},
-    "cast-window-late": {"projector": "spatial", "ratio_mode": "position", "window_start": 6, "window_size": 3},
+    "cast-window-early": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 0, "window_size": 3},
+    "cast-window-late": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 6, "window_size": 3},
 }
 QUICK_METHODS = ("flow-grpo", "cast")
 
@@ -79,7 +80,9 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
     overrides = {**METHODS[method], "seed": seed, "prompts_per_step": plan_.prompts_per_step,
                  "group_size": plan_.group_size, "sample_every": 0, "checkpoint_every": max(1, plan_.steps // 2),
                  "keep_checkpoints": 2}
-    sets = [f"{k}={json.dumps(v)}" for k, v in overrides.items() if k not in ("projector",)]
+    from cast_core.config import toml_value
+
+    sets = [f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector"]
     cfg = build_config("shapes", None, None, None, None, overrides["projector"], None, sets, plan_.steps)
     started = time.time()
     trainer = Trainer(cfg, run, resume=run.exists(), log=lambda m: None)

@@ -16,6 +16,15 @@ def register_policies(register):
 
 
 @hookimpl
+def register_embedders(register):
+    register(
+        "shapes-layout",
+        lazy("cast_shapes.layout_embedder:LayoutEmbedder"),
+        description="per-colour occupancy maps: what is where in a shapes-world image",
+    )
+
+
+@hookimpl
 def register_prompt_suites(register):
     from cast_shapes.suites import SUITE_NAMES  # pure Python, no numpy/torch
 
@@ -39,9 +48,11 @@ def register_recipes(register):
         scorer="shapes-oracle",
         decomposer="template",
         projector="spatial",
+        window="clip-curvature",
         settings={
             "prompts": "cast_shapes.suites:train_prompts",
-            "num_steps": 10, "eta": 0.7, "window_start": 0, "window_size": 3,
+            "window_kwargs": {"embedder": "shapes-layout"},
+            "num_steps": 10, "eta": 0.7,
             "group_size": 8, "prompts_per_step": 4, "lr": 1e-3, "clip_range": 1e-3, "adv_clip": 5.0,
             "beta": 0.0, "lam": 1.0, "gating": "soft", "ratio_mode": "position",
             "sample_every": 10, "checkpoint_every": 25,

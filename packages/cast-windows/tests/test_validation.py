@@ -1,0 +1,37 @@
+"""Ground truth from atom verdicts: the settled fraction per step and the first settled step."""
+
+import torch
+
+from cast_core.testing import FakeDecomposer, FakePolicy
+from cast_core.types import AtomScores
+from cast_windows.validation import first_settled_step, verdict_agreement
+
+
+def test_first_settled_step_needs_agreement_to_the_end():
+    assert first_settled_step([0.2, 0.95, 0.5, 0.92, 1.0], 0.9) == 3
+    assert first_settled_step([0.9, 0.9, 1.0], 0.9) == 0
+    assert first_settled_step([0.1, 0.5], 0.9) is None
+
+
+class MeanAbove:
+    """Passes every atom when the image's mean brightness is above ``level`` — a judge whose
+    verdicts flip as the fake policy's x0 estimate drifts."""
+
+    def __init__(self, level):
+        self.level = level
+
+    def score(self, images, graphs, heatmaps=False):
+        means = images.float().mean(dim=(1, 2, 3))
+        return AtomScores(list(graphs), [torch.full((len(g.atoms),), float(m > self.level)) for m, g in zip(means, graphs)])
+
+
+def test_verdict_agreement_on_the_fake_policy():
+    prompts = ["a red circle", "two blue squares", "a green triangle", "a purple square"]
+    truth = verdict_agreement(FakePolicy(), prompts, MeanAbove(0.5), FakeDecomposer(), num_steps=6, seeds=(0, 1))
+    assert truth.samples == 8 and len(truth.agreement) == 6
+    assert truth.agreement[-1] == 1.0 and truth.atom_agreement[-1] == 1.0
+    assert len(truth.pass_agreement) == 6
+    assert all(0.0 <= a <= 1.0 for a in truth.agreement)
+    assert truth.step == first_settled_step(truth.agreement, 0.9)
+    always = verdict_agreement(FakePolicy(), prompts, MeanAbove(-1.0), FakeDecomposer(), num_steps=4)
+    assert always.agreement == [1.0] * 4 and always.step == 0
