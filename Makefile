@@ -39,6 +39,8 @@ demo: install
 
 bench: install
 	$(BIN)/python benchmarks/cli_startup.py
+	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/cast bench --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache
