@@ -42,16 +42,18 @@ class BenchPlan:
     group_size: int
     images_per_prompt: int
     eval_limit: int | None  # first N held-out prompts (None: all)
+    settings: tuple[str, ...] = ()  # extra `key=value` config overrides applied to every method
 
     @property
     def images_per_run(self) -> int:
         return self.steps * self.prompts_per_step * self.group_size
 
 
-def plan(quick: bool, seeds: int | None = None, steps: int | None = None, methods: tuple[str, ...] | None = None) -> BenchPlan:
+def plan(quick: bool, seeds: int | None = None, steps: int | None = None, methods: tuple[str, ...] | None = None,
+         settings: tuple[str, ...] = ()) -> BenchPlan:
     if quick:
-        return BenchPlan(methods or QUICK_METHODS, tuple(range(seeds or 3)), steps or 40, 2, 8, 2, 48)
-    return BenchPlan(methods or tuple(METHODS), tuple(range(seeds or 3)), steps or 150, 4, 8, 4, None)
+        return BenchPlan(methods or QUICK_METHODS, tuple(range(seeds or 3)), steps or 40, 2, 8, 2, 48, tuple(settings))
+    return BenchPlan(methods or tuple(METHODS), tuple(range(seeds or 3)), steps or 150, 4, 8, 4, None, tuple(settings))
 
 
 def _evaluate(adapter: Path | None, plan_: BenchPlan, num_steps: int) -> dict:
@@ -82,7 +84,7 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
                  "keep_checkpoints": 2}
     from cast_core.config import toml_value
 
-    sets = [f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector"]
+    sets = [*plan_.settings, *(f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector")]
     cfg = build_config("shapes", None, None, None, None, overrides["projector"], None, sets, plan_.steps)
     started = time.time()
     trainer = Trainer(cfg, run, resume=run.exists(), log=lambda m: None)
@@ -104,7 +106,7 @@ def summarise(plan_: BenchPlan, base: dict, results: dict[str, list[dict]], wall
     def stats(xs):
         return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
-    out: dict = {"suite": "heldout-hard", "eval_prompts": plan_.eval_limit or "all",
+    out: dict = {"suite": "heldout-hard", "settings": list(plan_.settings), "eval_prompts": plan_.eval_limit or "all",
                  "images_per_prompt": plan_.images_per_prompt, "seeds": list(plan_.seeds),
                  "steps": plan_.steps, "images_per_method": plan_.images_per_run,
                  "base_gm": base["gm"], "base_gm_std": 0.0, "base_am": base["am"], "methods": {}}
@@ -198,4 +200,6 @@ def format_table(summary: dict) -> str:
                      f"{s['wall_s'] / 60 / max(1, len(summary['seeds'])):14.1f}")
     if summary.get("gain_ratio") is not None:
         lines.append(f"gain ratio (cast − base) / (flow-grpo − base) = {summary['gain_ratio']:.2f}")
+        if summary["flow_grpo_gm"] <= summary["base_gm"]:
+            lines.append("  (Flow-GRPO did not improve on the base, so this ratio is not a speed-up: read the GM column)")
     return "\n".join(lines)

@@ -140,8 +140,9 @@ def demo_command(minutes, out, images_per_prompt, sets):
 @click.option("--seeds", type=int, help="Seeds per method (default 3).")
 @click.option("--steps", type=int, help="Training steps per run (equal for every method).")
 @click.option("--method", "methods", multiple=True, help="Restrict to these methods (repeatable).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Config override for every method (repeatable).")
 @click.option("--out", default="bench", show_default=True, type=click.Path(file_okay=False), help="Output directory (resumable).")
-def bench_command(quick, seeds, steps, methods, out):
+def bench_command(quick, seeds, steps, methods, sets, out):
     """Base vs Flow-GRPO vs CAST (and ablations) on the shapes world at equal sampling budget;
     writes bench.json and bench.png and prints the table."""
     from pathlib import Path
@@ -151,7 +152,7 @@ def bench_command(quick, seeds, steps, methods, out):
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise click.ClickException(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
-    p = plan(quick, seeds, steps, tuple(methods) or None)
+    p = plan(quick, seeds, steps, tuple(methods) or None, tuple(sets))
     click.echo(f"bench: {len(p.methods)} methods x {len(p.seeds)} seeds, {p.steps} steps "
                f"({p.images_per_run} images) per run -> {out}")
     summary = run_bench(Path(out), p, log=click.echo)

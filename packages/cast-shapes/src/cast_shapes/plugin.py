@@ -53,7 +53,7 @@ def register_recipes(register):
             "prompts": "cast_shapes.suites:train_prompts",
             "window_kwargs": {"embedder": "shapes-layout"},
             "num_steps": 10, "eta": 0.7,
-            "group_size": 8, "prompts_per_step": 4, "lr": 1e-3, "clip_range": 1e-3, "adv_clip": 5.0,
+            "group_size": 8, "prompts_per_step": 4, "lr": 1e-4, "clip_range": 1e-3, "adv_clip": 5.0,
             "beta": 0.0, "lam": 1.0, "gating": "soft", "ratio_mode": "position",
             "sample_every": 10, "checkpoint_every": 25,
         },
