@@ -5,21 +5,7 @@ import json
 import pytest
 
 from cast_core import Atom, Entity, SceneGraph, SceneGraphError
-
-DESIGN_EXAMPLE = {
-    "prompt": "two red circles left of a blue square",
-    "entities": [{"id": "e1", "noun": "circle", "count": 2}, {"id": "e2", "noun": "square", "count": 1}],
-    "atoms": [
-        {"id": "a1", "kind": "object", "entity": "e1", "parents": []},
-        {"id": "a2", "kind": "count", "entity": "e1", "value": 2, "parents": ["a1"]},
-        {"id": "a3", "kind": "attribute", "entity": "e1", "value": "red", "parents": ["a1"]},
-        {"id": "a4", "kind": "object", "entity": "e2", "parents": []},
-        {"id": "a5", "kind": "count", "entity": "e2", "value": 1, "parents": ["a4"]},
-        {"id": "a6", "kind": "attribute", "entity": "e2", "value": "blue", "parents": ["a4"]},
-        {"id": "a7", "kind": "relation", "entity": "e1", "value": "left of", "other": "e2",
-         "skill": "position", "parents": ["a1", "a4"]},
-    ],
-}
+from cast_core.testing.contract import DESIGN_EXAMPLE
 
 
 def _with(**changes):

@@ -10,27 +10,8 @@ from cast_shapes.grammar import (
     MAX_ATOMS, MIN_ATOMS, PromptError, graph_for_prompt, parse_prompt, prompt_for, questions,
     sample_scene, scene_to_graph, structures,
 )
+from cast_core.testing.contract import DESIGN_EXAMPLE, DESIGN_QUESTIONS
 from cast_shapes.world import ObjectSpec, Relation, Scene
-
-DESIGN_EXAMPLE = {
-    "prompt": "two red circles left of a blue square",
-    "entities": [{"id": "e1", "noun": "circle", "count": 2}, {"id": "e2", "noun": "square", "count": 1}],
-    "atoms": [
-        {"id": "a1", "kind": "object", "entity": "e1", "parents": []},
-        {"id": "a2", "kind": "count", "entity": "e1", "value": 2, "parents": ["a1"]},
-        {"id": "a3", "kind": "attribute", "entity": "e1", "value": "red", "parents": ["a1"]},
-        {"id": "a4", "kind": "object", "entity": "e2", "parents": []},
-        {"id": "a5", "kind": "count", "entity": "e2", "value": 1, "parents": ["a4"]},
-        {"id": "a6", "kind": "attribute", "entity": "e2", "value": "blue", "parents": ["a4"]},
-        {"id": "a7", "kind": "relation", "entity": "e1", "value": "left of", "other": "e2",
-         "skill": "position", "parents": ["a1", "a4"]},
-    ],
-}
-DESIGN_QUESTIONS = [
-    "Are there any circles in the image?", "How many circles are in the image?", "Are the circles red?",
-    "Are there any squares in the image?", "How many squares are in the image?", "Is the square blue?",
-    "Are the circles left of the square?",
-]
 
 
 def test_design_example_gives_exactly_the_design_json_plus_questions():
