@@ -1,5 +1,7 @@
 """The shapes-layout embedder keeps the layout and ignores pixel noise."""
 
+import dataclasses
+
 import numpy as np
 import torch
 
@@ -52,3 +54,32 @@ def test_occupancy_is_the_colour_fraction_per_cell():
     e = LayoutEmbedder().embed(img)
     assert e.shape == (1, 6 * 64)
     assert np.isclose(float(e[0, 0]), 1.0) and float(e[0, 1:].abs().sum()) == 0.0
+
+
+class TestObjectsEmbedder(EmbedderConformance):
+    def make_embedder(self):
+        from cast_shapes.layout_embedder import ObjectsEmbedder
+
+        return ObjectsEmbedder()
+
+    def make_images(self):
+        return torch.cat([scenes(PROMPT, [0, 1]), scenes("three yellow triangles", [0]), torch.ones(1, 3, 32, 32)])
+
+
+def test_objects_embedder_sees_what_the_oracle_sees():
+    from cast_shapes.layout_embedder import ObjectsEmbedder
+
+    emb = ObjectsEmbedder()
+    clean = scenes(PROMPT, [0, 1])
+    gen = torch.Generator().manual_seed(0)
+    noisy = (clean + 0.05 * torch.randn(clean.shape, generator=gen)).clamp(0, 1)
+    assert bool((cos(emb.embed(clean), emb.embed(noisy)) > 0.99).all())
+    # same places, the red circle repainted as a red square: a different object to the oracle
+    scene = parse_prompt(PROMPT)
+    layout = sample_layout(scene, 0)
+    swapped = [dataclasses.replace(p, shape="square") if p.shape == "circle" else p for p in layout]
+    a, b = emb.embed(torch.from_numpy(render_batch([layout, swapped])))
+    assert float(cos(a, b)) < 0.9
+    # an empty image is a valid, constant direction
+    e = emb.embed(torch.ones(2, 3, 32, 32))
+    assert torch.allclose(e[0], e[1]) and torch.isclose(e[0].norm(), torch.tensor(1.0))

@@ -99,3 +99,15 @@ def test_truth_scorer_adds_the_judges_formation_step(cast, tmp_path):
     summary = cast("window", "--policy", "fake", "--steps", "5", "--seeds", "0", "--num-prompts", "3",
                    "--truth-scorer", "left-brightness", "--truth-decomposer", "fake", "--out", str(tmp_path), "--no-cache")
     assert "left-brightness formation step:" in summary.stdout
+
+
+def test_commitment_adds_the_causal_step_and_needs_a_judge(cast, tmp_path):
+    out = cast("window", "--policy", "fake", "--steps", "4", "--seeds", "0", "--num-prompts", "2",
+               "--truth-scorer", "left-brightness", "--truth-decomposer", "fake", "--commitment",
+               "--out", str(tmp_path), "--no-cache", "--json")
+    assert out.exit_code == 0, out.output
+    c = json.loads(out.stdout)["commitment"]
+    assert len(c["unchanged"]) == 4 and c["samples"] == 2 and c["eta"] == 0.7
+    assert isinstance(c["within_one_step"], bool)
+    bad = cast("window", "--policy", "fake", "--steps", "4", "--commitment", "--out", str(tmp_path), "--no-cache")
+    assert bad.exit_code != 0 and "--commitment needs --truth-scorer" in bad.output

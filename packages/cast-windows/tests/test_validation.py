@@ -35,3 +35,29 @@ def test_verdict_agreement_on_the_fake_policy():
     assert truth.step == first_settled_step(truth.agreement, 0.9)
     always = verdict_agreement(FakePolicy(), prompts, MeanAbove(-1.0), FakeDecomposer(), num_steps=4)
     assert always.agreement == [1.0] * 4 and always.step == 0
+
+
+def test_commitment_counts_verdicts_that_survive_sde_noise_from_each_step():
+    from cast_windows.validation import commitment
+
+    prompts = ["a red circle", "two blue squares", "a green triangle"]
+    # a judge that never changes its mind: every sample is committed from step 0
+    steady = commitment(FakePolicy(), prompts, MeanAbove(-1.0), FakeDecomposer(), num_steps=4, seeds=(0, 1))
+    assert steady.unchanged == [1.0] * 4 and steady.atom_unchanged == [1.0] * 4 and steady.step == 0
+    assert steady.samples == 6
+    # with eta 0 the SDE step is the ODE step, so nothing can change whatever the judge
+    exact = commitment(FakePolicy(), prompts, MeanAbove(0.5), FakeDecomposer(), num_steps=4, eta=0.0)
+    assert exact.unchanged == [1.0] * 4
+
+
+def test_commitment_sees_noise_that_flips_a_borderline_judge():
+    from cast_windows.validation import commitment
+
+    prompts = ["a red circle"] * 8
+    policy = FakePolicy()
+    from cast_core.sampling import sample
+
+    ode = sample(policy, prompts, num_steps=4, generator=torch.Generator().manual_seed(0))
+    level = float(ode.images.float().mean(dim=(1, 2, 3)).median())  # half the samples sit on each side
+    c = commitment(policy, prompts, MeanAbove(level), FakeDecomposer(), num_steps=4, eta=3.0, threshold=0.9)
+    assert min(c.unchanged) < 1.0  # big noise early flips some verdicts

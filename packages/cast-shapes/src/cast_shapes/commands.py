@@ -70,11 +70,16 @@ def suite_command(name: str) -> None:
 @click.option("--steps", default=None, type=int, help="Train until this many steps in total (default: 20000).")
 @click.option("--threads", type=int, help="torch threads.")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False), help="Write the EMA weights here afterwards.")
-def pretrain_command(workdir, steps, threads, export_path):
+@click.option("--init-weights", type=click.Path(exists=True, dir_okay=False), help="Refine stage: start from these weights.")
+@click.option("--lr", type=float, help="Peak learning rate (default 5e-4).")
+@click.option("--decay-steps", type=int, help="Decay the learning rate linearly to 0 over the last N steps.")
+@click.option("--small-scene-share", type=float, help="Share of 2-3-atom scenes per batch (default 0: uniform 2..8).")
+def pretrain_command(workdir, steps, threads, export_path, init_weights, lr, decay_steps, small_scene_share):
     """Pretrain the shapes network from scratch (resumable: run again to continue).
 
-    The shipped weights were produced by this command with the default settings and seed 0;
-    see the package's MODEL_CARD.md for the step count and wall time.
+    The shipped weights come from two runs of this command, seed 0: a 10,000-step stage from
+    scratch, then a refine stage from its export (--init-weights, decaying lr, more small
+    scenes); the package's MODEL_CARD.md has both command lines, step counts and wall times.
     """
     from cast_shapes.pretrain import main
 
@@ -87,6 +92,10 @@ def pretrain_command(workdir, steps, threads, export_path):
         argv += ["--threads", str(threads)]
     if export_path:
         argv += ["--export", export_path]
+    for flag, value in (("--init-weights", init_weights), ("--lr", lr), ("--decay-steps", decay_steps),
+                        ("--small-scene-share", small_scene_share)):
+        if value is not None:
+            argv += [flag, str(value)]
     main(argv)
 
 

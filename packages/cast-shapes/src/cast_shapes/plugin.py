@@ -22,6 +22,11 @@ def register_embedders(register):
         lazy("cast_shapes.layout_embedder:LayoutEmbedder"),
         description="per-colour occupancy maps: what is where in a shapes-world image",
     )
+    register(
+        "shapes-objects",
+        lazy("cast_shapes.layout_embedder:ObjectsEmbedder"),
+        description="the objects the shapes oracle perceives (colour, shape, place) as soft maps",
+    )
 
 
 @hookimpl

@@ -9,6 +9,12 @@ Data: each step draws ``batch`` random *training-split* scenes (never a held-out
 counts uniform over 2..8, lays them out at random and renders them — an endless, exactly labelled
 stream. Objective: ``x_σ = (1−σ)·x0 + σ·ε``, target ``v = ε − x0``, MSE, σ ~ logit-normal(0, 1);
 10 % of prompts are dropped to "" so classifier-free guidance works at sampling time.
+
+A second, *refine* stage starts from exported weights (``init_weights``) instead of from noise: the
+constant learning rate of stage 1 leaves the weights bouncing around a minimum, and a linear decay
+to zero (``decay_steps``) settles them; ``small_scene_share`` puts more of the batch on 2–3-atom
+scenes, which the uniform 2..8 stream under-serves (a seventh of the data for the prompts a user
+tries first). Defaults leave stage 1's data stream and schedule untouched, so its runs reproduce.
 """
 
 from __future__ import annotations
@@ -46,10 +52,16 @@ class PretrainConfig:
     eval_images: int = 2
     eval_steps: int = 20
     guidance: float = 2.0
+    init_weights: str = ""
+    decay_steps: int = 0
+    small_scene_share: float = 0.0
 
 
-def make_batch(rng: random.Random, batch: int) -> tuple[torch.Tensor, list[str]]:
-    """Rendered images ``[B, 3, 32, 32]`` in [0, 1] and their prompts (training split only)."""
+def make_batch(rng: random.Random, batch: int, small_scene_share: float = 0.0) -> tuple[torch.Tensor, list[str]]:
+    """Rendered images ``[B, 3, 32, 32]`` in [0, 1] and their prompts (training split only).
+
+    With ``small_scene_share`` 0 no extra random number is drawn, so stage-1 streams stay identical.
+    """
     from cast_shapes.grammar import prompt_for
     from cast_shapes.render import render_float
     from cast_shapes.suites import sample_scene_in_split
@@ -57,7 +69,8 @@ def make_batch(rng: random.Random, batch: int) -> tuple[torch.Tensor, list[str]]
 
     images, prompts = [], []
     for _ in range(batch):
-        scene = sample_scene_in_split(rng, "train", atoms=rng.randint(2, 8))
+        small = small_scene_share > 0 and rng.random() < small_scene_share
+        scene = sample_scene_in_split(rng, "train", atoms=rng.randint(2, 3) if small else rng.randint(2, 8))
         images.append(torch.from_numpy(render_float(sample_layout(scene, rng))))
         prompts.append(prompt_for(scene))
     return torch.stack(images), prompts
@@ -70,6 +83,8 @@ class Pretrainer:
         self.cfg, self.model_cfg = cfg, model_cfg
         torch.manual_seed(cfg.seed)
         self.net = ShapesNet(model_cfg)
+        if cfg.init_weights:
+            self.net.load_state_dict(self._initial_state(cfg.init_weights, model_cfg))
         self.ema = ShapesNet(model_cfg)
         self.ema.load_state_dict(self.net.state_dict())
         self.ema.requires_grad_(False)
@@ -81,6 +96,15 @@ class Pretrainer:
         self.started = time.time()
         self.elapsed_before = 0.0
         self._resume()
+
+    @staticmethod
+    def _initial_state(path: str, model_cfg: ShapesModelConfig) -> dict:
+        from cast_shapes.checkpoint_io import load_net
+
+        net, _ = load_net(path)
+        if net.cfg.to_dict() != model_cfg.to_dict():
+            raise SystemExit(f"{path}: its model config differs from this run's; refine only weights of the same architecture")
+        return net.state_dict()
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -128,11 +152,16 @@ class Pretrainer:
 
     # -- training ---------------------------------------------------------------------------
     def lr_at(self, step: int) -> float:
-        return self.cfg.lr * min(1.0, (step + 1) / self.cfg.warmup)
+        """Linear warm-up, then constant; with ``decay_steps``, linear decay to 0 over the last ones."""
+        cfg = self.cfg
+        factor = min(1.0, (step + 1) / cfg.warmup)
+        if cfg.decay_steps:
+            factor = min(factor, max(0.0, (cfg.steps - step) / cfg.decay_steps))
+        return cfg.lr * factor
 
     def train_step(self) -> float:
         cfg = self.cfg
-        images, prompts = make_batch(self.rng, cfg.batch)
+        images, prompts = make_batch(self.rng, cfg.batch, cfg.small_scene_share)
         prompts = ["" if self.rng.random() < cfg.cfg_dropout else p for p in prompts]
         x0 = patchify(images, self.model_cfg.patch)
         noise = torch.randn(x0.shape, generator=self.gen)
@@ -185,7 +214,12 @@ class Pretrainer:
                     log(f"eval step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items() if isinstance(v, float)))
 
     def export(self, path: str | Path) -> None:
-        save_net(self.ema, path, {"pretrain_steps": self.step, "pretrain_seed": self.cfg.seed,
+        extra = {}
+        if self.cfg.init_weights:
+            import hashlib
+
+            extra["init_weights_sha256"] = hashlib.sha256(Path(self.cfg.init_weights).read_bytes()).hexdigest()
+        save_net(self.ema, path, extra | {"pretrain_steps": self.step, "pretrain_seed": self.cfg.seed,
                                   "pretrain_wall_s": round(self.elapsed()), "pretrain_config": json.dumps({**asdict(self.cfg), "steps": self.step})})
 
 
@@ -199,10 +233,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--export", help="write the EMA weights here when done")
     p.add_argument("--eval-every", type=int, default=PretrainConfig.eval_every)
     p.add_argument("--log-every", type=int, default=PretrainConfig.log_every)
+    p.add_argument("--init-weights", default="", help="refine stage: start from these exported weights")
+    p.add_argument("--lr", type=float, default=PretrainConfig.lr)
+    p.add_argument("--decay-steps", type=int, default=0, help="decay the lr linearly to 0 over the last N steps")
+    p.add_argument("--small-scene-share", type=float, default=0.0, help="share of 2-3-atom scenes in each batch")
+    p.add_argument("--seed", type=int, default=PretrainConfig.seed)
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    trainer = Pretrainer(a.workdir, PretrainConfig(steps=a.steps, eval_every=a.eval_every, log_every=a.log_every))
+    if not 0.0 <= a.small_scene_share <= 1.0:
+        p.error(f"--small-scene-share {a.small_scene_share}: must lie in [0, 1]")
+    if a.init_weights and not Path(a.init_weights).is_file():
+        p.error(f"--init-weights {a.init_weights}: no such file")
+    trainer = Pretrainer(a.workdir, PretrainConfig(
+        steps=a.steps, eval_every=a.eval_every, log_every=a.log_every, lr=a.lr, seed=a.seed,
+        init_weights=str(Path(a.init_weights).resolve()) if a.init_weights else "",
+        decay_steps=a.decay_steps, small_scene_share=a.small_scene_share))
     print(f"workdir {a.workdir}: starting at step {trainer.step}", file=sys.stderr)
     trainer.run()
     if a.export:

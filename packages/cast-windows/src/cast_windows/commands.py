@@ -97,11 +97,13 @@ def _seeds(text: str) -> list[int]:
 @click.option("--truth-scorer", help="Also measure the ground-truth formation step with this atom scorer (e.g. shapes-oracle).")
 @click.option("--truth-decomposer", default="template", show_default=True, help="Decomposer for --truth-scorer.")
 @click.option("--truth-threshold", default=0.9, show_default=True, type=click.FloatRange(0, 1), help="Settled fraction for the ground truth.")
+@click.option("--commitment", is_flag=True, help="With --truth-scorer: also measure the causal commitment step (SDE noise from step t on no longer changes the verdicts).")
+@click.option("--eta", default=0.7, show_default=True, type=click.FloatRange(0, None), help="SDE noise level for --commitment.")
 @click.option("--out", "-o", default=".", show_default=True, type=click.Path(file_okay=False), help="Directory for window.json and window.png.")
 @click.option("--json", "as_json", is_flag=True, help="Print window.json to stdout instead of a summary.")
 def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suite, steps, num_prompts, seeds,
                    window_size, method, batch_size, cache_dir, no_cache, truth_scorer, truth_decomposer,
-                   truth_threshold, out, as_json):
+                   truth_threshold, commitment, eta, out, as_json):
     """Measure where POLICY's samples form their structure and print the SDE window CAST would use."""
     import warnings
 
@@ -157,6 +159,15 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
                                   batch_size=batch_size, threshold=truth_threshold)
         record["truth"] = {**truth.to_dict(), "scorer": truth_scorer, "decomposer": truth_decomposer,
                            "within_one_step": truth.step is not None and abs(truth.step - d["knee_step"]) <= 1}
+        if commitment:
+            from cast_windows.validation import commitment as measure_commitment
+
+            c = measure_commitment(pol, d["calibration_prompts"], get_atom_scorer(truth_scorer),
+                                   get_atom_decomposer(truth_decomposer), num_steps=steps, seeds=d["seeds"],
+                                   batch_size=batch_size, eta=eta, threshold=truth_threshold)
+            record["commitment"] = {**c.to_dict(), "within_one_step": c.step is not None and abs(c.step - d["knee_step"]) <= 1}
+    elif commitment:
+        raise click.UsageError("--commitment needs --truth-scorer (the judge whose verdicts it compares)")
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)
     (target / "window.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -165,6 +176,7 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
         knee_step=d["knee_step"],
         title=f"cast window: policy {policy}, embedder {embedder}, {steps} steps, {d['samples']} samples ({source})",
         subtitle=d["reason"], truth_step=record["truth"]["step"] if "truth" in record else None,
+        commitment_step=record["commitment"]["step"] if "commitment" in record else None,
     ).save(target / "window.png")
     if as_json:
         click.echo(json.dumps(record, indent=2))
@@ -175,7 +187,13 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     if "truth" in record:
         t = record["truth"]
         click.echo(f"{truth_scorer} formation step: {t['step']} (verdicts settled for >= {truth_threshold:.0%} of samples "
-                   f"from there on); within one step of the knee: {'yes' if t['within_one_step'] else 'NO'}")
+                   f"from there on); within one step of the knee: {'yes' if t['within_one_step'] else 'NO'}; "
+                   f"per-atom: step {t['atom_step']}")
+    if "commitment" in record:
+        c = record["commitment"]
+        click.echo(f"commitment step: {c['step']} (SDE noise, eta {c['eta']:g}, from there on keeps every verdict of >= "
+                   f"{truth_threshold:.0%} of samples); within one step of the knee: {'yes' if c['within_one_step'] else 'NO'}; "
+                   f"per-atom: step {c['atom_step']}")
     click.echo(f"measured on {d['samples']} samples from {source}; embedder {d['embedder']}"
                + (" (cached)" if d["cached"] else ""))
     click.echo(f"wrote {target / 'window.json'} and {target / 'window.png'}")

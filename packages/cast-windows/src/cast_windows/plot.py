@@ -18,6 +18,7 @@ MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 70, 20, 48, 40
 GAP = 46
 CURVE, BAND, WINDOW, KNEE, AXIS, GRID = (30, 80, 200), (190, 205, 240), (255, 228, 190), (200, 30, 30), (40, 40, 40), (225, 225, 225)
 TRUTH = (20, 140, 40)
+COMMITMENT = (40, 90, 200)
 
 
 def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -80,9 +81,11 @@ class _Panel:
 
 def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Sequence[float], *,
                      window_start: int, window_size: int, knee_step: int, title: str = "",
-                     subtitle: str = "", truth_step: int | None = None) -> Image.Image:
+                     subtitle: str = "", truth_step: int | None = None,
+                     commitment_step: int | None = None) -> Image.Image:
     """The two-panel figure described in the module docstring; ``truth_step`` (a ground-truth
-    formation step from an atom judge, if measured) is drawn as a green dashed line."""
+    formation step from an atom judge, if measured) is drawn as a green dashed line, the causal
+    ``commitment_step`` (if measured) as a blue one."""
     steps = len(mean)
     img = Image.new("RGB", (WIDTH, HEIGHT), "white")
     draw = ImageDraw.Draw(img)
@@ -106,6 +109,8 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
     top.polyline(mean, CURVE)
     if truth_step is not None:
         top.vline(truth_step, TRUTH, phase=5)
+    if commitment_step is not None:
+        top.vline(commitment_step, COMMITMENT, phase=3)
     top.vline(knee_step)
 
     kappa = list(curvature)
@@ -121,6 +126,8 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
     legend = f"window: steps {window_start}..{window_start + window_size - 1} (shaded)   formation point: step {knee_step} (red dashes)"
     if truth_step is not None:
         legend += f"   judge's formation step: {truth_step} (green)"
+    if commitment_step is not None:
+        legend += f"   commitment: {commitment_step} (blue)"
     draw.text((left, HEIGHT - 16), legend, fill=AXIS, font=font)
     draw.text((right, HEIGHT - 16), "step", fill=AXIS, font=font, anchor="ra")
     return img

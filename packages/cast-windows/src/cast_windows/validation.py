@@ -9,6 +9,15 @@ final image, and call a sample *settled* at step ``t`` when every atom's verdict
 agree for at least 90% of samples (issue 6's validation criterion). The selected knee should be
 within one step of it.
 
+A second, *causal* ground truth asks the question the window exists for — after which step can
+exploration noise no longer change the verdicts? :func:`commitment` replays each sample's ODE
+trajectory up to step ``t`` (same initial noise), switches to SDE steps (the trainer's ``eta``)
+from ``t`` to the end, and compares the verdicts on that final image with the ODE final image's.
+The *commitment step* is the first ``t`` from which at least ``threshold`` of the samples keep
+every verdict. It needs no readable ``x̂0``: a blurred Tweedie estimate can fool a judge (two
+nearby blobs read as one) long after the trajectory has committed to two objects, which makes
+the ``x̂0`` criterion above late on small models whose mid-schedule estimates are soft.
+
 Generic on purpose: any policy, any registered scorer and decomposer. Nothing here knows the
 shapes world, so cast-windows does not depend on it.
 """
@@ -37,10 +46,34 @@ class FormationTruth:
     threshold: float
     samples: int
 
+    @property
+    def atom_step(self) -> int | None:
+        """The same rule on ``atom_agreement`` (the fraction of single atom verdicts that match)."""
+        return first_settled_step(self.atom_agreement, self.threshold)
+
     def to_dict(self) -> dict:
         return {"agreement": self.agreement, "atom_agreement": self.atom_agreement,
-                "pass_agreement": self.pass_agreement, "step": self.step,
+                "pass_agreement": self.pass_agreement, "step": self.step, "atom_step": self.atom_step,
                 "threshold": self.threshold, "samples": self.samples}
+
+
+@dataclass
+class Commitment:
+    """``unchanged[t]``: fraction of samples whose verdicts all survive SDE noise from step ``t`` on;
+    ``atom_unchanged[t]``: the same over single atom verdicts; ``step``: the first step from which
+    ``unchanged >= threshold`` holds to the end."""
+
+    unchanged: list[float]
+    atom_unchanged: list[float]
+    step: int | None
+    threshold: float
+    samples: int
+    eta: float
+
+    def to_dict(self) -> dict:
+        return {"unchanged": self.unchanged, "atom_unchanged": self.atom_unchanged, "step": self.step,
+                "atom_step": first_settled_step(self.atom_unchanged, self.threshold),
+                "threshold": self.threshold, "samples": self.samples, "eta": self.eta}
 
 
 def first_settled_step(agreement: Sequence[float], threshold: float) -> int | None:
@@ -92,3 +125,41 @@ def verdict_agreement(policy: Any, prompts: Sequence[str], scorer: Any, decompos
                           pass_agreement=[float(v) / passes_total if passes_total else None for v in passes_kept],
                           step=first_settled_step(agreement, threshold), threshold=threshold,
                           samples=int(sum(r.shape[0] for r in settled)))
+
+
+@torch.no_grad()
+def commitment(policy: Any, prompts: Sequence[str], scorer: Any, decomposer: Any, *, num_steps: int,
+               seeds: Sequence[int] = (0,), image_size: tuple[int, int] | None = None, batch_size: int = 8,
+               eta: float = 0.7, pass_threshold: float = 0.5, threshold: float = 0.9) -> Commitment:
+    """For every step ``t``: ODE up to ``t``, SDE (``eta``) from ``t`` to the end, verdicts compared
+    with the pure ODE sample's. Costs ``num_steps`` extra rollouts per sample."""
+    from cast_core.types import Window
+
+    prompts = list(prompts)
+    if not prompts:
+        raise ValueError("no prompts to measure commitment on")
+    graphs = {p: decomposer.decompose(p) for p in prompts}
+    kept_rows, atoms_kept, atoms_total = [], torch.zeros(num_steps), 0
+    for seed in seeds:
+        gen = torch.Generator().manual_seed(int(seed))
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start:start + batch_size]
+            batch_graphs = [graphs[p] for p in chunk]
+            noise = policy.initial_noise(len(chunk), image_size, gen)
+            ode = sample(policy, chunk, num_steps=num_steps, image_size=image_size, window=None, initial_noise=noise)
+            final = [s.float() >= pass_threshold for s in scorer.score(ode.images, batch_graphs).scores]
+            rows = torch.zeros(len(chunk), num_steps, dtype=torch.bool)
+            for t in range(num_steps):
+                sde_gen = torch.Generator().manual_seed(int(seed) * 100_003 + start * 1_009 + t)
+                rollout = sample(policy, chunk, num_steps=num_steps, image_size=image_size,
+                                 window=Window(t, num_steps - t), eta=eta, generator=sde_gen, initial_noise=noise)
+                for i, (s, f) in enumerate(zip(scorer.score(rollout.images, batch_graphs).scores, final)):
+                    same = (s.float() >= pass_threshold) == f
+                    rows[i, t] = bool(same.all())
+                    atoms_kept[t] += float(same.sum())
+            atoms_total += sum(len(f) for f in final)
+            kept_rows.append(rows)
+    unchanged = [float(v) for v in torch.cat(kept_rows).float().mean(0)]
+    return Commitment(unchanged=unchanged, atom_unchanged=[float(v) / max(atoms_total, 1) for v in atoms_kept],
+                      step=first_settled_step(unchanged, threshold), threshold=threshold,
+                      samples=int(sum(r.shape[0] for r in kept_rows)), eta=eta)
