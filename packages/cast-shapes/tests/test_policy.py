@@ -61,8 +61,6 @@ def test_sampling_is_deterministic_with_a_seed(random_weights):
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
-@pytest.mark.xfail(strict=True, reason="known shortfall (issue 5 open): the 10k-step weights score ~0.74 "
-                   "mean oracle score on 'a red circle', below the 0.8 target; see MODEL_CARD.md")
 def test_shipped_weights_draw_a_recognisable_red_circle():
     """The committed weights, through the registry, as a user gets them."""
     from cast_core import get_atom_decomposer, get_atom_scorer, get_policy

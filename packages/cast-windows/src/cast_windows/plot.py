@@ -129,5 +129,5 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
     if commitment_step is not None:
         legend += f"   commitment: {commitment_step} (blue)"
     draw.text((left, HEIGHT - 16), legend, fill=AXIS, font=font)
-    draw.text((right, HEIGHT - 16), "step", fill=AXIS, font=font, anchor="ra")
+    draw.text((right, HEIGHT - 30), "step", fill=AXIS, font=font, anchor="ra")
     return img
