@@ -158,14 +158,14 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
                                   get_atom_decomposer(truth_decomposer), num_steps=steps, seeds=d["seeds"],
                                   batch_size=batch_size, threshold=truth_threshold)
         record["truth"] = {**truth.to_dict(), "scorer": truth_scorer, "decomposer": truth_decomposer,
-                           "within_one_step": truth.step is not None and abs(truth.step - d["knee_step"]) <= 1}
+                           "within_one_step": _within_one_step(truth.step, d["knee_step"])}
         if commitment:
             from cast_windows.validation import commitment as measure_commitment
 
             c = measure_commitment(pol, d["calibration_prompts"], get_atom_scorer(truth_scorer),
                                    get_atom_decomposer(truth_decomposer), num_steps=steps, seeds=d["seeds"],
                                    batch_size=batch_size, eta=eta, threshold=truth_threshold)
-            record["commitment"] = {**c.to_dict(), "within_one_step": c.step is not None and abs(c.step - d["knee_step"]) <= 1}
+            record["commitment"] = {**c.to_dict(), "within_one_step": _within_one_step(c.step, d["knee_step"])}
     elif commitment:
         raise click.UsageError("--commitment needs --truth-scorer (the judge whose verdicts it compares)")
     target = Path(out)
@@ -197,3 +197,7 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     click.echo(f"measured on {d['samples']} samples from {source}; embedder {d['embedder']}"
                + (" (cached)" if d["cached"] else ""))
     click.echo(f"wrote {target / 'window.json'} and {target / 'window.png'}")
+
+
+def _within_one_step(truth_step: int | None, knee_step: int) -> bool:
+    return truth_step is not None and abs(truth_step - knee_step) <= 1

@@ -70,10 +70,25 @@ class Commitment:
     samples: int
     eta: float
 
+    @property
+    def atom_step(self) -> int | None:
+        return first_settled_step(self.atom_unchanged, self.threshold)
+
     def to_dict(self) -> dict:
         return {"unchanged": self.unchanged, "atom_unchanged": self.atom_unchanged, "step": self.step,
-                "atom_step": first_settled_step(self.atom_unchanged, self.threshold),
+                "atom_step": self.atom_step,
                 "threshold": self.threshold, "samples": self.samples, "eta": self.eta}
+
+
+def _verdicts(scorer: Any, images: torch.Tensor, graphs: Sequence[Any], pass_threshold: float) -> list[torch.Tensor]:
+    """One bool verdict per atom and image (``score >= pass_threshold``)."""
+    return [s.float() >= pass_threshold for s in scorer.score(images, graphs).scores]
+
+
+def _compare(verdicts: Sequence[torch.Tensor], final: Sequence[torch.Tensor]) -> tuple[torch.Tensor, float]:
+    """Per image: do all its verdicts equal the reference ones; and how many single verdicts do."""
+    same = [v == f for v, f in zip(verdicts, final)]
+    return torch.tensor([bool(x.all()) for x in same]), float(sum(x.sum() for x in same))
 
 
 def first_settled_step(agreement: Sequence[float], threshold: float) -> int | None:
@@ -105,17 +120,14 @@ def verdict_agreement(policy: Any, prompts: Sequence[str], scorer: Any, decompos
             rollout = sample(policy, chunk, num_steps=num_steps, image_size=image_size, window=None,
                              keep_x0=True, generator=gen)
             batch_graphs = [graphs[p] for p in chunk]
-            final = [s.float() >= pass_threshold for s in scorer.score(rollout.images, batch_graphs).scores]
+            final = _verdicts(scorer, rollout.images, batch_graphs, pass_threshold)
             rows = torch.zeros(len(chunk), num_steps, dtype=torch.bool)
             for t in range(num_steps):
                 x0 = rollout.x0[:, t].to(rollout.final_latents.dtype)
-                scores = scorer.score(policy.decode(x0, image_size), batch_graphs).scores
-                for i, (s, f) in enumerate(zip(scores, final)):
-                    verdict = s.float() >= pass_threshold
-                    same = verdict == f
-                    rows[i, t] = bool(same.all())
-                    atoms_same[t] += float(same.sum())
-                    passes_kept[t] += float((verdict & f).sum())
+                verdicts = _verdicts(scorer, policy.decode(x0, image_size), batch_graphs, pass_threshold)
+                rows[:, t], same = _compare(verdicts, final)
+                atoms_same[t] += same
+                passes_kept[t] += float(sum((v & f).sum() for v, f in zip(verdicts, final)))
             atoms_total += sum(len(f) for f in final)
             passes_total += sum(int(f.sum()) for f in final)
             settled.append(rows)
@@ -147,16 +159,14 @@ def commitment(policy: Any, prompts: Sequence[str], scorer: Any, decomposer: Any
             batch_graphs = [graphs[p] for p in chunk]
             noise = policy.initial_noise(len(chunk), image_size, gen)
             ode = sample(policy, chunk, num_steps=num_steps, image_size=image_size, window=None, initial_noise=noise)
-            final = [s.float() >= pass_threshold for s in scorer.score(ode.images, batch_graphs).scores]
+            final = _verdicts(scorer, ode.images, batch_graphs, pass_threshold)
             rows = torch.zeros(len(chunk), num_steps, dtype=torch.bool)
             for t in range(num_steps):
                 sde_gen = torch.Generator().manual_seed(int(seed) * 100_003 + start * 1_009 + t)
                 rollout = sample(policy, chunk, num_steps=num_steps, image_size=image_size,
                                  window=Window(t, num_steps - t), eta=eta, generator=sde_gen, initial_noise=noise)
-                for i, (s, f) in enumerate(zip(scorer.score(rollout.images, batch_graphs).scores, final)):
-                    same = (s.float() >= pass_threshold) == f
-                    rows[i, t] = bool(same.all())
-                    atoms_kept[t] += float(same.sum())
+                rows[:, t], same = _compare(_verdicts(scorer, rollout.images, batch_graphs, pass_threshold), final)
+                atoms_kept[t] += same
             atoms_total += sum(len(f) for f in final)
             kept_rows.append(rows)
     unchanged = [float(v) for v in torch.cat(kept_rows).float().mean(0)]
