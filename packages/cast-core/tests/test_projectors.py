@@ -153,3 +153,31 @@ def test_atom_projector_is_spatial_with_flat_maps():
     a = AtomProjector().project(scores, heat, g, (2, 2)).values
     b = SpatialProjector().project(scores, None, g, (2, 2)).values
     assert torch.equal(a, b) and AtomProjector.needs_heatmaps is False
+
+
+def test_equalise_mass_gives_each_image_the_groups_mean_mass():
+    from cast_core.projectors import equalise_mass
+
+    maps = torch.zeros(2, 1, 2, 2)
+    maps[0, 0, 0, 0] = 1.0  # one cell: mass 1
+    maps[1, 0] = 1.0  # flat: mass 4  -> target mass 2.5 for both
+    out = equalise_mass(maps)
+    torch.testing.assert_close(out[0, 0], torch.tensor([[2.5, 0.0], [0.0, 0.0]]))
+    torch.testing.assert_close(out[1, 0], torch.full((2, 2), 0.625))
+    assert torch.equal(equalise_mass(torch.zeros(3, 2, 2, 2)), torch.zeros(3, 2, 2, 2))
+
+
+def test_mass_norm_balances_credit_between_small_and_large_heatmaps():
+    # image 0 passes with a one-cell object, image 1 fails with a four-cell object: under "max"
+    # the failing image carries 4× the atom mass; under "mass" both carry the same (±2.5).
+    scores = torch.tensor([[1.0], [0.0]])
+    heat = torch.zeros(2, 1, 2, 2)
+    heat[0, 0, 0, 0] = 1.0
+    heat[1, 0] = 1.0
+    graph = one_atom_graph()
+    peak = SpatialProjector(lam=0.0, eps=0.0).project(scores, heat, graph, (2, 2)).values
+    mass = SpatialProjector(lam=0.0, eps=0.0, heatmap_norm="mass").project(scores, heat, graph, (2, 2)).values
+    assert float(peak[0].sum()) == pytest.approx(1.0) and float(peak[1].sum()) == pytest.approx(-4.0)
+    assert float(mass[0].sum()) == pytest.approx(2.5) and float(mass[1].sum()) == pytest.approx(-2.5)
+    with pytest.raises(ValueError, match="heatmap_norm"):
+        SpatialProjector(heatmap_norm="sum")

@@ -94,3 +94,10 @@ def test_ground_truth_reads_a_layout():
     assert [r.verdict for r in ground_truth(g, layout)] == [True] * 7
     g = graph_for_prompt("a red circle right of a blue square")
     assert [r.verdict for r in ground_truth(g, layout)] == [True] * 6 + [False]
+
+
+def test_count_points_at_the_objects_unless_some_are_missing():
+    g = graph_for_prompt("three squares")
+    members = [evaluate(g, [det("square", "red", 4 * i) for i in range(n)])[1].members for n in range(6)]
+    # too few: the missing square is nowhere to point at (flat map); enough or too many: the squares
+    assert members == [None, None, None, (0, 1, 2), (0, 1, 2, 3), (0, 1, 2, 3, 4)]

@@ -103,9 +103,11 @@ def _add_core_commands() -> None:
     from cast_core.commands.report import report_command
     from cast_core.commands.sample import sample_command
     from cast_core.commands.score import score_command
+    from cast_core.commands.signal import signal_command
     from cast_core.commands.train import train_command
 
-    for command in (decompose_command, score_command, train_command, sample_command, eval_command, report_command):
+    for command in (decompose_command, score_command, train_command, sample_command, eval_command, report_command,
+                    signal_command):
         cli.add_command(command)
 
 

@@ -64,6 +64,8 @@ class TrainConfig:
     # -- advantages ---------------------------------------------------------------------------
     gating: str = _f("soft", "DSG gating of child atoms", choices=("soft", "hard"))
     lam: float = _f(1.0, "weight of the prompt-level advantage in the spatial map", low=0.0, high=100.0)
+    heatmap_norm: str = _f("max", "spatial projector: scale each heatmap to peak 1 (max) or to the group's mean mass (mass)",
+                           choices=("max", "mass"))
     adv_clip: float = _f(5.0, "advantages are clipped to ±adv_clip", low=0.0, high=1e6, low_open=True)
     # -- objective ----------------------------------------------------------------------------
     ratio_mode: str = _f("position", "per-position ratios (CAST) or one per sample (Flow-GRPO)", choices=("position", "sample"))

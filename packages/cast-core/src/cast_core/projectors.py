@@ -23,7 +23,14 @@ from cast_core.advantages import (
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import AdvantageMap
 
-__all__ = ["ScalarProjector", "SpatialProjector", "AtomProjector", "normalise_heatmaps"]
+__all__ = [
+    "ScalarProjector",
+    "SpatialProjector",
+    "AtomProjector",
+    "normalise_heatmaps",
+    "equalise_mass",
+    "HEATMAP_NORMS",
+]
 
 
 def _check(scores: torch.Tensor, graph: SceneGraph, latent_grid: tuple[int, int]) -> tuple[int, int]:
@@ -100,6 +107,17 @@ def normalise_heatmaps(heatmaps: torch.Tensor | None, shape: tuple[int, ...]) ->
     return torch.where(usable, hm / torch.where(usable, peak, torch.ones_like(peak)), torch.ones_like(hm))
 
 
+HEATMAP_NORMS = ("max", "mass")
+
+
+def equalise_mass(maps: torch.Tensor) -> torch.Tensor:
+    """``[G, K, h, w]`` maps rescaled so that atom ``k`` has the same total mass in every image
+    of the group: the group's mean mass of that atom's maps. Mass-free (all-zero) maps stay 0."""
+    mass = maps.sum((-2, -1), keepdim=True)
+    target = mass.mean(0, keepdim=True)
+    return torch.where(mass > 0, maps * target / mass.clamp_min(1e-12), torch.zeros_like(maps))
+
+
 class SpatialProjector:
     """CAST's advantage map ``A[g](p) = λ·Âg + Σ_k Â[g,k]·H̃[g,k](p)`` on the latent grid.
 
@@ -109,6 +127,14 @@ class SpatialProjector:
     area-averaged onto the ``(h, w)`` latent grid — implemented by pooling each ``H̃`` first,
     which is the same thing because pooling is linear and λ·Âg is constant — then clipped to
     ``±adv_clip``. Saturated atoms contribute nothing because their ``Â`` is 0.
+
+    ``heatmap_norm="mass"`` then rescales atom ``k``'s map in every image to the same total mass
+    (the group's mean mass of the peak-normalised maps), as a judge's attention sums to one: each
+    image gets the same *amount* of credit for an atom, spread over whatever the judge looked at.
+    With ``"max"`` an image whose failing atom covers more pixels (extra or wrongly coloured
+    objects) carries more negative mass than a passing one carries positive, a net push against
+    drawing objects. On the shapes world ``"mass"`` did not help (docs/shapes-rl.md), so the
+    default stays ``"max"``, the paper's normalisation.
     """
 
     def __init__(
@@ -118,9 +144,13 @@ class SpatialProjector:
         gating: str = "soft",
         threshold: float = 0.5,
         eps: float = 1e-6,
+        heatmap_norm: str = "max",
     ):
         if gating not in GATING_MODES:
             raise ValueError(f"unknown gating {gating!r}; choose one of {', '.join(GATING_MODES)}")
+        if heatmap_norm not in HEATMAP_NORMS:
+            raise ValueError(f"unknown heatmap_norm {heatmap_norm!r}; choose one of {', '.join(HEATMAP_NORMS)}")
+        self.heatmap_norm = heatmap_norm
         self.lam = float(lam)
         self.adv_clip = _check_clip(adv_clip)
         self.gating = gating
@@ -151,6 +181,8 @@ class SpatialProjector:
         else:
             maps = normalise_heatmaps(heatmaps, ())
             maps = F.adaptive_avg_pool2d(maps.reshape(g * k, 1, *maps.shape[-2:]), (h, w)).reshape(g, k, h, w)
+            if self.heatmap_norm == "mass":
+                maps = equalise_mass(maps)
         values = self.lam * adv_g[:, None, None] + torch.einsum("gk,gkhw->ghw", adv_atoms, maps)
         values, stats = _clip(values, advantage_stats(scores, flat), self.adv_clip)
         return AdvantageMap(values, adv_g, stats)

@@ -99,7 +99,8 @@ class Trainer:
         self.scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
         self.decomposer = get_atom_decomposer(cfg.decomposer)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
-                                {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating})
+                                {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
+                                 "heatmap_norm": cfg.heatmap_norm})
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
         self.prompts = resolve_prompts(cfg.prompts)
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None

@@ -24,7 +24,10 @@ Atoms (``d`` = detections, ``P`` = the entity's pool, ``n = |P|``):
 
 * ``object``: ``max`` over the detections the entity may refer to (any shape) of their evidence
   for the noun (1.0 for an exact object; the oracle's shape confidence otherwise), 0 with none.
-* ``count`` (target ``k``): ``exp(-|n - k|)`` — 1 when exact, 0.37 one off, 0.14 two off.
+* ``count`` (target ``k``): ``exp(-|n - k|)`` — 1 when exact, 0.37 one off, 0.14 two off. With
+  too few objects (``n < k``) the atom points at nothing (a flat heatmap): the failure is an object
+  that is not there, and pointing at the objects that are would blame the correct ones. (Measured
+  effect on RL: small — docs/shapes-rl.md.)
 * ``attribute`` (colour ``c``): ``f ** g`` where ``f`` is the fraction of ``P`` that is ``c`` and
   ``g = ln 0.5 / ln(1 - 1/(2n))``, which puts the 0.5 verdict line half-way between "all but one"
   and "all": the verdict means "are *the* circles red" (all of them) while the score still grows
@@ -157,7 +160,9 @@ def evaluate(
             out.append(AtomResult(float(max(ev, default=0.0)), flat))
         elif a.kind == "count":
             target = a.value if isinstance(a.value, int) else 0
-            out.append(AtomResult(math.exp(-abs(len(members) - target)), flat))
+            # too few: what is wrong is an object that is *not* there, so the judge has nowhere
+            # to point — the drawn objects are right, and blaming them teaches under-drawing
+            out.append(AtomResult(math.exp(-abs(len(members) - target)), flat if len(members) >= target else None))
         elif a.kind == "attribute":
             colour = a.value.strip().lower() if isinstance(a.value, str) else None
             if colour not in PALETTE or not members:

@@ -1,0 +1,149 @@
+"""Where does the reward signal live? Per-step policy-gradient agreement across independent batches.
+
+A window is worth training on only if the noise injected at its steps changes the reward: only
+then does the policy gradient of those steps point somewhere. This measures that directly, with
+the run's own policy, scorer, projector and objective, independent of any embedder or curve:
+
+1. for ``batches`` independent batches (prompts and noise drawn as training steps would draw
+   them), sample with SDE exploration on **every** step, score and project advantages;
+2. for each sampling step ``t`` alone, take the gradient of the step-``t`` objective;
+3. per step, the mean pairwise cosine between the batches' gradients.
+
+Gradients that carry signal share a direction across batches (cosine > 0); gradients that are
+noise do not (cosine ≈ 0, within about ``1/sqrt(#parameters)``). The cosine also reads as a
+signal-to-noise ratio: with gradient ``g`` and per-batch noise ``n``, ``cos ≈ |g|² / (|g|² +
+|n|²)``, so a cosine of 0.02 means one batch's gradient is ~98 % noise — a reason to keep the
+learning rate small and the window on the steps that have signal.
+
+Why SDE on every step: each step's noise is then an action whose effect on the reward the
+gradient can see; a training window changes only which steps explore, not where signal is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from cast_core.loss import clipped_objective, flow_grpo_objective
+from cast_core.sampling import select_rows
+from cast_core.sde import reduce_per_position
+from cast_core.types import Window
+
+__all__ = ["StepSignal", "pairwise_cosine", "step_signal", "signal_steps"]
+
+
+@dataclass
+class StepSignal:
+    """Per sampling step: mean pairwise cosine of batch gradients, its spread, the mean
+    gradient norm; ``noise_floor`` is ``1/sqrt(#parameters)``, the cosine's spread for
+    unrelated directions."""
+
+    cosine: list[float]
+    cosine_sem: list[float]
+    grad_norm: list[float]
+    noise_floor: float
+    batches: int
+    images_per_batch: int
+    reward_gm: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"cosine": self.cosine, "cosine_sem": self.cosine_sem, "grad_norm": self.grad_norm,
+                "noise_floor": self.noise_floor, "batches": self.batches,
+                "images_per_batch": self.images_per_batch, "reward_gm": self.reward_gm,
+                "signal_steps": signal_steps(self)}
+
+
+def pairwise_cosine(vectors: list[torch.Tensor]) -> tuple[float, float]:
+    """Mean and standard error of the cosine over all pairs. The standard error is a jackknife
+    over vectors (pairs that share a vector are not independent)."""
+    n = len(vectors)
+    if n < 2:
+        raise ValueError("pairwise cosine needs at least two vectors")
+    unit = [v.double() / v.double().norm().clamp_min(1e-300) for v in vectors]
+    c = torch.stack(unit) @ torch.stack(unit).T
+    iu = torch.triu_indices(n, n, 1)
+    mean = float(c[iu[0], iu[1]].mean())
+    if n < 3:
+        return mean, float("nan")
+    leave_one_out = []
+    for i in range(n):
+        keep = [j for j in range(n) if j != i]
+        sub = c[keep][:, keep]
+        ju = torch.triu_indices(n - 1, n - 1, 1)
+        leave_one_out.append(float(sub[ju[0], ju[1]].mean()))
+    m = sum(leave_one_out) / n
+    var = (n - 1) / n * sum((x - m) ** 2 for x in leave_one_out)
+    return mean, math.sqrt(var)
+
+
+def signal_steps(signal: StepSignal, z: float = 3.0) -> list[int]:
+    """Steps whose cosine exceeds ``z`` standard errors (and ``z`` noise floors) above zero."""
+    out = []
+    for t, (c, se) in enumerate(zip(signal.cosine, signal.cosine_sem)):
+        spread = max(se if math.isfinite(se) else 0.0, signal.noise_floor)
+        if c > z * spread:
+            out.append(t)
+    return out
+
+
+def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
+                progress: Callable[[int, int], None] | None = None) -> StepSignal:
+    """Measure the per-step gradient signal with a built :class:`cast_core.trainer.Trainer`.
+
+    Batches are drawn as the trainer's steps ``first_step, first_step + 1, ...`` would draw them
+    (far past any real run by default, so the prompts are not the first steps of training). The
+    trainer's parameters are not changed.
+    """
+    from cast_core.trainer import seed_for
+
+    if batches < 2:
+        raise ValueError(f"batches must be >= 2, got {batches}")
+    cfg = trainer.config
+    n_steps = cfg.num_steps
+    per_step: list[list[torch.Tensor]] = [[] for _ in range(n_steps)]
+    gms: list[float] = []
+    images = cfg.prompts_per_step * cfg.group_size
+    for b in range(batches):
+        step = first_step + b
+        prompts = trainer.pick_prompts(step)
+        batch = [p for p in prompts for _ in range(cfg.group_size)]
+        gen = torch.Generator().manual_seed(seed_for(cfg.seed, step, "noise"))
+        rollout = trainer.rollout(batch, Window(0, n_steps), gen)
+        kept, adv, stats = trainer.score_groups(prompts, rollout)
+        gms.append(float(stats["reward_gm"]))
+        if not kept:
+            raise RuntimeError(f"batch {b}: the scorer could not judge any group")
+        rows = torch.tensor(kept)
+        cond = select_rows(rollout.conditioning, rows)
+        sig = rollout.sigmas
+        for t, si in enumerate(rollout.step_indices):
+            for p in trainer.params:
+                p.grad = None
+            cur = trainer.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1],
+                                   cond, sig[1])
+            old = rollout.log_probs[rows, t]
+            if cfg.ratio_mode == "position":
+                loss, _ = clipped_objective(reduce_per_position(cur.log_prob), old, adv, cfg.clip_range)
+            else:
+                loss, _ = flow_grpo_objective(reduce_per_position(cur.log_prob).mean(1), old.mean(1), adv.mean(1),
+                                              cfg.clip_range, adv_clip=cfg.adv_clip)
+            loss.backward()
+            per_step[t].append(torch.cat([
+                (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten().cpu() for p in trainer.params
+            ]))
+        for p in trainer.params:
+            p.grad = None
+        if progress:
+            progress(b + 1, batches)
+    cos, sem, norms = [], [], []
+    for grads in per_step:
+        m, se = pairwise_cosine(grads)
+        cos.append(m)
+        sem.append(se)
+        norms.append(float(sum(float(g.norm()) for g in grads) / len(grads)))
+    n_params = sum(p.numel() for p in trainer.params)
+    return StepSignal(cos, sem, norms, 1.0 / math.sqrt(n_params), batches, images, gms)
