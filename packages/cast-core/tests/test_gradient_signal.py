@@ -74,3 +74,28 @@ def test_cast_signal_cli_writes_json_and_png(tmp_path):
     data = __import__("json").loads((out / "signal.json").read_text())
     assert len(data["cosine"]) == 3 and data["batches"] == 3 and data["images_per_batch"] == 8
     assert (out / "signal.png").stat().st_size > 0
+
+
+def test_x0_heatmaps_are_scored_per_step(tmp_path):
+    """With heatmaps from x̂0 each step's map is scored on the x̂0 just before it: the scorer
+    sees a map call per sampling step, each on that step's x̂0."""
+    calls = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def score(self, images, graphs, heatmaps=False):
+            calls.append((images.clone(), heatmaps))
+            return self.inner.score(images, graphs, heatmaps=heatmaps)
+
+    cfg = fake_config(heatmap_source="x0", prompts_per_step=1)
+    trainer = Trainer(cfg, tmp_path / "run", log=quiet)
+    trainer.scorer = Recording(trainer.scorer)
+    step_signal(trainer, batches=2)
+    per_batch = calls[: len(calls) // 2]
+    maps = [images for images, wants_maps in per_batch if wants_maps]
+    verdicts = [images for images, wants_maps in per_batch if not wants_maps]
+    assert len(maps) == cfg.num_steps and len(verdicts) == cfg.num_steps
+    assert all(torch.equal(v, verdicts[0]) for v in verdicts)  # the final images, every time
+    assert not any(torch.equal(maps[t], maps[t + 1]) for t in range(cfg.num_steps - 1))

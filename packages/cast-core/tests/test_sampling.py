@@ -39,6 +39,10 @@ def test_window_steps_are_recorded_and_replayable():
         assert torch.equal(lp, out.log_probs[:, t])
     again = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3))
     assert torch.equal(again.images, out.images)
+    some = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3),
+                  keep_x0=(3, 1))
+    assert torch.equal(some.x0, out.x0[:, [1, 3]])  # only the asked-for steps, in step order
+    assert torch.equal(some.images, out.images)
 
 
 def test_sde_outside_window_is_untouched_and_eta_zero_is_ode():

@@ -263,3 +263,44 @@ def test_cast_sample_cli(tmp_path):
     from PIL import Image
 
     assert Image.open(target).size == (48, 16)
+
+
+class RecordingScorer:
+    """Left-brightness verdicts; records which images each call scored and whether maps were asked."""
+
+    def __init__(self):
+        from cast_core.registry import get_atom_scorer
+
+        self.inner = get_atom_scorer("left-brightness")
+        self.calls = []
+
+    def score(self, images, graphs, heatmaps=False):
+        self.calls.append((images.clone(), heatmaps))
+        return self.inner.score(images, graphs, heatmaps=heatmaps)
+
+
+@pytest.mark.parametrize("source", ["final", "x0"])
+def test_heatmaps_come_from_the_image_heatmap_source_names(tmp_path, source):
+    trainer = Trainer(fake_config(steps=1, prompts_per_step=1, heatmap_source=source), tmp_path / "run", log=quiet)
+    trainer.scorer = RecordingScorer()
+    window = trainer.window_for(1, ["a red circle"])
+    rollout = trainer.rollout(["a red circle"] * 8, window, torch.Generator().manual_seed(0))
+    trainer.score_groups(["a red circle"], rollout)
+    calls = trainer.scorer.calls
+    assert torch.equal(calls[0][0], rollout.images)  # verdicts always judge the final images
+    if source == "final":
+        assert rollout.x0 is None and len(calls) == 1 and calls[0][1] is True
+    else:
+        # the maps: x̂0 before the window's first action, decoded — a function of the state only
+        assert rollout.x0.shape[1] == 1 and len(calls) == 2 and calls[0][1] is False and calls[1][1] is True
+        assert torch.equal(calls[1][0], trainer.policy.decode(rollout.x0[:, 0]))
+        full = trainer.rollout(["a red circle"] * 8, window, torch.Generator().manual_seed(0))
+        assert torch.equal(full.images, rollout.images)
+
+
+def test_x0_heatmaps_train_the_fake_policy(tmp_path):
+    run = tmp_path / "run"
+    Trainer(fake_config(heatmap_source="x0", window_start=1), run, log=quiet).run()
+    m = metrics(run)
+    first, last = np.mean([r["reward_gm"] for r in m[:3]]), np.mean([r["reward_gm"] for r in m[-3:]])
+    assert last > first + 0.05, (first, last)

@@ -66,6 +66,9 @@ class TrainConfig:
     lam: float = _f(1.0, "weight of the prompt-level advantage in the spatial map", low=0.0, high=100.0)
     heatmap_norm: str = _f("max", "spatial projector: scale each heatmap to peak 1 (max) or to the group's mean mass (mass)",
                            choices=("max", "mass"))
+    heatmap_source: str = _f("final", "spatial projector: heatmaps of the final image (final) or of the Tweedie "
+                             "estimate x̂0 before the window's first step (x0; unbiased, see docs/shapes-rl.md)",
+                             choices=("final", "x0"))
     adv_clip: float = _f(5.0, "advantages are clipped to ±adv_clip", low=0.0, high=1e6, low_open=True)
     # -- objective ----------------------------------------------------------------------------
     ratio_mode: str = _f("position", "per-position ratios (CAST) or one per sample (Flow-GRPO)", choices=("position", "sample"))

@@ -17,6 +17,8 @@ learning rate small and the window on the steps that have signal.
 
 Why SDE on every step: each step's noise is then an action whose effect on the reward the
 gradient can see; a training window changes only which steps explore, not where signal is.
+With ``heatmap_source = "x0"`` step ``t``'s advantage map is scored on x̂0 at step ``t``, the
+state before that step's action, as training would for a window starting at ``t``.
 """
 
 from __future__ import annotations
@@ -112,7 +114,10 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
         prompts = trainer.pick_prompts(step)
         batch = [p for p in prompts for _ in range(cfg.group_size)]
         gen = torch.Generator().manual_seed(seed_for(cfg.seed, step, "noise"))
-        rollout = trainer.rollout(batch, Window(0, n_steps), gen)
+        # x̂0 heatmaps must precede the step they weight: step t's map is scored on x̂0 at t
+        per_step_maps = getattr(trainer, "_maps_from_x0", False)
+        rollout = trainer.rollout(batch, Window(0, n_steps), gen,
+                                  x0_steps=tuple(range(n_steps)) if per_step_maps else None)
         kept, adv, stats = trainer.score_groups(prompts, rollout)
         gms.append(float(stats["reward_gm"]))
         if not kept:
@@ -121,6 +126,10 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
         cond = select_rows(rollout.conditioning, rows)
         sig = rollout.sigmas
         for t, si in enumerate(rollout.step_indices):
+            if per_step_maps and t > 0:
+                kept_t, adv, _ = trainer.score_groups(prompts, rollout, x0_index=t)
+                if kept_t != kept:
+                    raise RuntimeError(f"batch {b}: the scorer judged different groups at step {t}")
             for p in trainer.params:
                 p.grad = None
             cur = trainer.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1],

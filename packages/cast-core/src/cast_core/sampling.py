@@ -9,7 +9,7 @@ log-probability of the move. With ``window=None`` this is exactly the policy's o
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 import torch
 
@@ -66,14 +66,16 @@ def sample(
     window: Window | None = None,
     eta: float = 0.7,
     generator: torch.Generator | None = None,
-    keep_x0: bool = False,
+    keep_x0: bool | Collection[int] = False,
     initial_noise: torch.Tensor | None = None,
 ) -> Rollout:
     """Generate images for ``prompts`` and record the window steps.
 
     ``latents``/``next_latents`` are ``[B, T, N, C]`` for the T window steps, ``log_probs`` the
     per-position log-densities ``[B, T, N]`` (float32), ``x0`` (if ``keep_x0``) the Tweedie
-    estimate at every step ``[B, num_steps, N, C]``. Noise for the initial latents and for every
+    estimate at every step ``[B, num_steps, N, C]`` — or, when ``keep_x0`` is a collection of step
+    indices, at those steps only, in step order ``[B, len(keep_x0), N, C]`` (a trainer that needs
+    one step's estimate should not hold all of them for a large model). Noise for the initial latents and for every
     SDE step comes from ``generator`` in a fixed order, so a seed reproduces the rollout.
     """
     prompts = list(prompts)
@@ -87,7 +89,7 @@ def sample(
     for i in range(num_steps):
         sigma, sigma_next = sigmas[i], sigmas[i + 1]
         v = policy.velocity(x, sigma, cond)
-        if keep_x0:
+        if keep_x0 is True or (keep_x0 is not False and i in keep_x0):
             x0s.append(tweedie_x0(x.float(), v.float(), sigma))
         if window is not None and i in window:
             step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, generator=generator)

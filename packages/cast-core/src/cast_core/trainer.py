@@ -101,6 +101,7 @@ class Trainer:
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
                                  "heatmap_norm": cfg.heatmap_norm})
+        self._maps_from_x0 = cfg.heatmap_source == "x0" and getattr(self.projector, "needs_heatmaps", True)
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
         self.prompts = resolve_prompts(cfg.prompts)
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
@@ -182,24 +183,43 @@ class Trainer:
         self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
         return window
 
-    def rollout(self, prompts: list[str], window: Window, generator: torch.Generator) -> Rollout:
+    def rollout(self, prompts: list[str], window: Window, generator: torch.Generator,
+                x0_steps: tuple[int, ...] | None = None) -> Rollout:
+        """Sample a batch; keeps x̂0 at ``x0_steps`` (default: the window start when the heatmaps
+        come from x̂0, else nowhere)."""
         cfg = self.config
         chunk = cfg.sample_batch_size or len(prompts)
+        if x0_steps is None:
+            x0_steps = (window.start,) if self._maps_from_x0 else ()
+        keep = tuple(x0_steps) or False
         parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
-                        window=window, eta=cfg.eta, generator=generator) for i in range(0, len(prompts), chunk)]
+                        window=window, eta=cfg.eta, generator=generator, keep_x0=keep)
+                 for i in range(0, len(prompts), chunk)]
         return concat_rollouts(parts)
 
-    def score_groups(self, prompts: list[str], rollout: Rollout) -> tuple[list[int], torch.Tensor, dict]:
-        """Advantage maps for every group the scorer could judge: (kept sample indices, A [n, N], stats)."""
+    def score_groups(self, prompts: list[str], rollout: Rollout, x0_index: int = 0) -> tuple[list[int], torch.Tensor, dict]:
+        """Advantage maps for every group the scorer could judge: (kept sample indices, A [n, N], stats).
+        With ``heatmap_source = "x0"`` the maps come from the rollout's ``x0_index``-th kept x̂0."""
         cfg, G = self.config, self.config.group_size
         need_maps = getattr(self.projector, "needs_heatmaps", True)
+        # Heatmaps of x̂0 before the window's first action depend on the state only, so weighting
+        # each position's log-prob by them cannot reward the actions for where objects ended up
+        # (the final image's maps can: docs/shapes-rl.md). Verdicts still judge the final image.
+        map_images = rollout.images
+        if need_maps and self._maps_from_x0:
+            if rollout.x0 is None:
+                raise RuntimeError("heatmap_source='x0' needs a rollout sampled with keep_x0 at the window start")
+            with torch.no_grad():
+                map_images = self.policy.decode(rollout.x0[:, x0_index].to(rollout.latents.dtype), self.image_size)
         kept, maps, gms, ams, passes, sat, total = [], [], [], [], {}, 0, 0
         for g, prompt in enumerate(prompts):
             rows = list(range(g * G, (g + 1) * G))
             graph = self.graph(prompt)
             try:
-                out = self.scorer.score(rollout.images[rows], [graph] * G, heatmaps=need_maps)
+                out = self.scorer.score(rollout.images[rows], [graph] * G, heatmaps=need_maps and map_images is rollout.images)
                 scores = torch.stack([s.float() for s in out.scores])
+                if need_maps and map_images is not rollout.images:
+                    out = self.scorer.score(map_images[rows], [graph] * G, heatmaps=True)
                 heat = torch.stack([h.float() for h in out.heatmaps]) if need_maps else None
             except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
                 self.counters["scorer_failures"] += 1
