@@ -15,7 +15,7 @@ def test_every_method_gets_the_same_budget_and_changes_only_its_own_keys():
     p = plan(quick=True)
     assert p.methods == QUICK_METHODS and len(p.seeds) >= 3
     assert p.images_per_run == p.steps * p.prompts_per_step * p.group_size
-    allowed = {"projector", "ratio_mode", "window_start", "window_size", "window", "window_kwargs"}
+    allowed = {"projector", "ratio_mode", "window_start", "window_size", "window", "window_kwargs", "heatmap_source"}
     assert all(set(overrides) <= allowed for overrides in METHODS.values())
 
 

@@ -25,6 +25,7 @@ METHODS: dict[str, dict] = {
                   "window_kwargs": {"size": 3, "lo": 0, "hi": 6}},
     "cast": {"projector": "spatial", "ratio_mode": "position"},  # the recipe's measured window
     # ablations: which part of CAST matters
+    "cast-final-maps": {"projector": "spatial", "ratio_mode": "position", "heatmap_source": "final"},  # the paper's maps
     "cast-atoms-no-heatmaps": {"projector": "atoms", "ratio_mode": "position"},
     "cast-scalar-per-position": {"projector": "scalar", "ratio_mode": "position"},
     "cast-window-early": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 0, "window_size": 3},

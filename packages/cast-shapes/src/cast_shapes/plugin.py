@@ -56,7 +56,11 @@ def register_recipes(register):
         window="clip-curvature",
         settings={
             "prompts": "cast_shapes.suites:train_prompts",
-            "window_kwargs": {"embedder": "shapes-layout"},
+            # the two steps ending at the measured knee: the steps before carry no gradient signal
+            # here (`cast signal`) and their x̂0 is too blurry to point at objects
+            "window_kwargs": {"embedder": "shapes-layout", "window_size": 2},
+            # maps from x̂0 before the window, not from the final image (docs/shapes-rl.md)
+            "heatmap_source": "x0",
             "num_steps": 10, "eta": 0.7,
             "group_size": 8, "prompts_per_step": 4, "lr": 1e-4, "clip_range": 1e-3, "adv_clip": 5.0,
             "beta": 0.0, "lam": 1.0, "gating": "soft", "ratio_mode": "position",
