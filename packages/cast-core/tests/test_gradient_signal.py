@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from cast_core.gradient_signal import StepSignal, pairwise_cosine, signal_steps, step_signal
 from cast_core.trainer import Trainer
 
-from test_trainer import fake_config, quiet
+from test_trainer import RecordingScorer, fake_config, quiet
 
 
 def test_pairwise_cosine_of_known_vectors():
@@ -79,23 +79,14 @@ def test_cast_signal_cli_writes_json_and_png(tmp_path):
 def test_x0_heatmaps_are_scored_per_step(tmp_path):
     """With heatmaps from x̂0 each step's map is scored on the x̂0 just before it: the scorer
     sees a map call per sampling step, each on that step's x̂0."""
-    calls = []
-
-    class Recording:
-        def __init__(self, inner):
-            self.inner = inner
-
-        def score(self, images, graphs, heatmaps=False):
-            calls.append((images.clone(), heatmaps))
-            return self.inner.score(images, graphs, heatmaps=heatmaps)
-
     cfg = fake_config(heatmap_source="x0", prompts_per_step=1)
     trainer = Trainer(cfg, tmp_path / "run", log=quiet)
-    trainer.scorer = Recording(trainer.scorer)
+    trainer.scorer = RecordingScorer()
+    calls = trainer.scorer.calls
     step_signal(trainer, batches=2)
-    per_batch = calls[: len(calls) // 2]
+    per_batch = calls[: len(calls) // 2]  # two batches, the same calls each
     maps = [images for images, wants_maps in per_batch if wants_maps]
     verdicts = [images for images, wants_maps in per_batch if not wants_maps]
-    assert len(maps) == cfg.num_steps and len(verdicts) == cfg.num_steps
-    assert all(torch.equal(v, verdicts[0]) for v in verdicts)  # the final images, every time
+    assert len(maps) == cfg.num_steps and len(verdicts) == 1  # verdicts once a batch, maps per step
+    assert all(torch.equal(v, verdicts[0]) for v in verdicts)  # the final images
     assert not any(torch.equal(maps[t], maps[t + 1]) for t in range(cfg.num_steps - 1))

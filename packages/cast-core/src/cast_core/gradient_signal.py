@@ -23,16 +23,13 @@ state before that step's action, as training would for a window starting at ``t`
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from cast_core.loss import clipped_objective, flow_grpo_objective
 from cast_core.sampling import select_rows
-from cast_core.sde import reduce_per_position
 from cast_core.types import Window
 
 __all__ = ["StepSignal", "pairwise_cosine", "step_signal", "signal_steps"]
@@ -100,7 +97,7 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
     (far past any real run by default, so the prompts are not the first steps of training). The
     trainer's parameters are not changed.
     """
-    from cast_core.trainer import seed_for
+    from cast_core.trainer import reward_stats, seed_for
 
     if batches < 2:
         raise ValueError(f"batches must be >= 2, got {batches}")
@@ -115,11 +112,12 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
         batch = [p for p in prompts for _ in range(cfg.group_size)]
         gen = torch.Generator().manual_seed(seed_for(cfg.seed, step, "noise"))
         # x̂0 heatmaps must precede the step they weight: step t's map is scored on x̂0 at t
-        per_step_maps = getattr(trainer, "_maps_from_x0", False)
+        per_step_maps = trainer.maps_from_x0
         rollout = trainer.rollout(batch, Window(0, n_steps), gen,
                                   x0_steps=tuple(range(n_steps)) if per_step_maps else None)
-        kept, adv, stats = trainer.score_groups(prompts, rollout)
-        gms.append(float(stats["reward_gm"]))
+        judged = trainer.judge(prompts, rollout)  # verdicts once; only the maps change per step
+        kept, adv, _ = trainer.advantages(judged, rollout)
+        gms.append(float(reward_stats(judged)["reward_gm"]))
         if not kept:
             raise RuntimeError(f"batch {b}: the scorer could not judge any group")
         rows = torch.tensor(kept)
@@ -127,19 +125,14 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
         sig = rollout.sigmas
         for t, si in enumerate(rollout.step_indices):
             if per_step_maps and t > 0:
-                kept_t, adv, _ = trainer.score_groups(prompts, rollout, x0_index=t)
+                kept_t, adv, _ = trainer.advantages(judged, rollout, x0_index=t)
                 if kept_t != kept:
                     raise RuntimeError(f"batch {b}: the scorer judged different groups at step {t}")
             for p in trainer.params:
                 p.grad = None
             cur = trainer.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1],
                                    cond, sig[1])
-            old = rollout.log_probs[rows, t]
-            if cfg.ratio_mode == "position":
-                loss, _ = clipped_objective(reduce_per_position(cur.log_prob), old, adv, cfg.clip_range)
-            else:
-                loss, _ = flow_grpo_objective(reduce_per_position(cur.log_prob).mean(1), old.mean(1), adv.mean(1),
-                                              cfg.clip_range, adv_clip=cfg.adv_clip)
+            loss, _ = trainer.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
             loss.backward()
             per_step[t].append(torch.cat([
                 (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten().cpu() for p in trainer.params

@@ -131,10 +131,10 @@ class SpatialProjector:
     ``heatmap_norm="mass"`` then rescales atom ``k``'s map in every image to the same total mass
     (the group's mean mass of the peak-normalised maps), as a judge's attention sums to one: each
     image gets the same *amount* of credit for an atom, spread over whatever the judge looked at.
-    With ``"max"`` an image whose failing atom covers more pixels (extra or wrongly coloured
-    objects) carries more negative mass than a passing one carries positive, a net push against
-    drawing objects. On the shapes world ``"mass"`` did not help (docs/shapes-rl.md), so the
-    default stays ``"max"``, the paper's normalisation.
+    With ``"max"`` an image's credit for an atom grows with the area its map covers, so images
+    whose maps cover more pixels weigh more. On the shapes world ``"mass"`` did not help
+    (docs/shapes-rl.md: the harm there came from where the maps are computed, see the trainer's
+    ``heatmap_source``), so the default stays ``"max"``, the paper's normalisation.
     """
 
     def __init__(

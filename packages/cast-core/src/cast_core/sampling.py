@@ -75,8 +75,8 @@ def sample(
     per-position log-densities ``[B, T, N]`` (float32), ``x0`` (if ``keep_x0``) the Tweedie
     estimate at every step ``[B, num_steps, N, C]`` — or, when ``keep_x0`` is a collection of step
     indices, at those steps only, in step order ``[B, len(keep_x0), N, C]`` (a trainer that needs
-    one step's estimate should not hold all of them for a large model). Noise for the initial latents and for every
-    SDE step comes from ``generator`` in a fixed order, so a seed reproduces the rollout.
+    one step's estimate should not hold all of them for a large model). Noise for the initial
+    latents and for every SDE step comes from ``generator`` in a fixed order, so a seed reproduces the rollout.
     """
     prompts = list(prompts)
     if window is not None:
@@ -86,10 +86,11 @@ def sample(
     x = policy.initial_noise(len(prompts), image_size, generator) if initial_noise is None else initial_noise.clone()
     sigma_max = sigmas[1]
     states, nexts, log_probs, x0s = [], [], [], []
+    x0_steps = range(num_steps) if keep_x0 is True else (keep_x0 or ())
     for i in range(num_steps):
         sigma, sigma_next = sigmas[i], sigmas[i + 1]
         v = policy.velocity(x, sigma, cond)
-        if keep_x0 is True or (keep_x0 is not False and i in keep_x0):
+        if i in x0_steps:
             x0s.append(tweedie_x0(x.float(), v.float(), sigma))
         if window is not None and i in window:
             step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, generator=generator)

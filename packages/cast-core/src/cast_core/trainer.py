@@ -39,6 +39,7 @@ from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
 from cast_core.registry import get_advantage_projector, get_atom_decomposer, get_atom_scorer, get_policy, get_window_selector, lookup
 from cast_core.sampling import concat_rollouts, sample, select_rows
 from cast_core.sde import reduce_per_position, sde_step
+from cast_core.scene_graph import SceneGraph
 from cast_core.types import Rollout, Window
 
 
@@ -84,6 +85,27 @@ def _build(factory_kind: str, name: str, getter: Callable, offered: dict[str, An
     return getter(name, **kwargs)
 
 
+def reward_stats(judged: list, amap_stats: list[dict] = ()) -> dict:
+    """Reward GM/AM/spread, per-atom-kind pass rates of judged groups, and (given the
+    projector's stats of the same groups) the fraction of saturated atoms."""
+    gms, ams, passes = [], [], {}
+    for _, graph, scores, _ in judged:
+        for row in scores.tolist():
+            gms.append(geometric_mean(row))
+            ams.append(arithmetic_mean(row))
+        for k, atom in enumerate(graph.atoms):
+            passes.setdefault(atom.kind, []).extend((scores[:, k] >= 0.5).float().tolist())
+    sat = sum(int(st.get("saturated_atoms", 0)) for st in amap_stats)
+    total = sum(int(st.get("total_atoms", len(g.atoms))) for st, (_, g, _, _) in zip(amap_stats, judged))
+    return {
+        "reward_gm": sum(gms) / len(gms) if gms else float("nan"),
+        "reward_am": sum(ams) / len(ams) if ams else float("nan"),
+        "reward_std": float(torch.tensor(gms).std(unbiased=False)) if gms else float("nan"),
+        "saturated_fraction": sat / total if total else float("nan"),
+        **{f"pass_{kind}": sum(v) / len(v) for kind, v in passes.items()},
+    }
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, log: Callable[[str], None] | None = None):
         self.config = config.validate()
@@ -101,7 +123,8 @@ class Trainer:
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
                                  "heatmap_norm": cfg.heatmap_norm})
-        self._maps_from_x0 = cfg.heatmap_source == "x0" and getattr(self.projector, "needs_heatmaps", True)
+        self._needs_maps = getattr(self.projector, "needs_heatmaps", True)
+        self.maps_from_x0 = cfg.heatmap_source == "x0" and self._needs_maps
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
         self.prompts = resolve_prompts(cfg.prompts)
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
@@ -190,69 +213,86 @@ class Trainer:
         cfg = self.config
         chunk = cfg.sample_batch_size or len(prompts)
         if x0_steps is None:
-            x0_steps = (window.start,) if self._maps_from_x0 else ()
+            x0_steps = (window.start,) if self.maps_from_x0 else ()
         keep = tuple(x0_steps) or False
         parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
                         window=window, eta=cfg.eta, generator=generator, keep_x0=keep)
                  for i in range(0, len(prompts), chunk)]
         return concat_rollouts(parts)
 
-    def score_groups(self, prompts: list[str], rollout: Rollout, x0_index: int = 0) -> tuple[list[int], torch.Tensor, dict]:
-        """Advantage maps for every group the scorer could judge: (kept sample indices, A [n, N], stats).
-        With ``heatmap_source = "x0"`` the maps come from the rollout's ``x0_index``-th kept x̂0."""
-        cfg, G = self.config, self.config.group_size
-        need_maps = getattr(self.projector, "needs_heatmaps", True)
-        # Heatmaps of x̂0 before the window's first action depend on the state only, so weighting
-        # each position's log-prob by them cannot reward the actions for where objects ended up
-        # (the final image's maps can: docs/shapes-rl.md). Verdicts still judge the final image.
-        map_images = rollout.images
-        if need_maps and self._maps_from_x0:
-            if rollout.x0 is None:
-                raise RuntimeError("heatmap_source='x0' needs a rollout sampled with keep_x0 at the window start")
-            with torch.no_grad():
-                map_images = self.policy.decode(rollout.x0[:, x0_index].to(rollout.latents.dtype), self.image_size)
-        kept, maps, gms, ams, passes, sat, total = [], [], [], [], {}, 0, 0
+    def judge(self, prompts: list[str], rollout: Rollout) -> list[tuple[list[int], SceneGraph, torch.Tensor, torch.Tensor | None]]:
+        """Verdicts on the final images, one scorer call per prompt group: ``(rows, graph, scores
+        [G, K], final-image heatmaps or None)`` for every group the scorer could judge."""
+        G = self.config.group_size
+        final_maps = self._needs_maps and not self.maps_from_x0
+        judged = []
         for g, prompt in enumerate(prompts):
             rows = list(range(g * G, (g + 1) * G))
             graph = self.graph(prompt)
-            try:
-                out = self.scorer.score(rollout.images[rows], [graph] * G, heatmaps=need_maps and map_images is rollout.images)
-                scores = torch.stack([s.float() for s in out.scores])
-                if need_maps and map_images is not rollout.images:
-                    out = self.scorer.score(map_images[rows], [graph] * G, heatmaps=True)
-                heat = torch.stack([h.float() for h in out.heatmaps]) if need_maps else None
-            except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
-                self.counters["scorer_failures"] += 1
-                self.log(f"step {self.step}: scorer failed on prompt {prompt!r} ({type(err).__name__}: {err}); group skipped")
+            out = self._score(prompt, rollout.images[rows], graph, heatmaps=final_maps)
+            if out is None:
                 continue
+            scores = torch.stack([s.float() for s in out.scores])
             if not torch.isfinite(scores).all():
                 self.counters["scorer_failures"] += 1
                 self.log(f"step {self.step}: non-finite scores for prompt {prompt!r}; group skipped")
                 continue
+            judged.append((rows, graph, scores, torch.stack([h.float() for h in out.heatmaps]) if final_maps else None))
+        return judged
+
+    def advantages(self, judged: list, rollout: Rollout, x0_index: int = 0) -> tuple[list[int], torch.Tensor, list[dict]]:
+        """Project judged groups to advantage maps: (kept sample indices, A [n, N], projector stats).
+        With ``heatmap_source = "x0"`` the maps are scored on the rollout's ``x0_index``-th kept
+        x̂0: it depends on the state before the window's actions only, so weighting a position's
+        log-prob by it cannot reward the actions for where objects ended up (the final image's
+        maps can: docs/shapes-rl.md). Verdicts always judge the final image."""
+        map_images = None
+        if self._needs_maps and self.maps_from_x0:
+            if rollout.x0 is None:
+                raise RuntimeError("heatmap_source='x0' needs a rollout sampled with keep_x0 at the window start")
+            with torch.no_grad():
+                map_images = self.policy.decode(rollout.x0[:, x0_index].to(rollout.latents.dtype), self.image_size)
+        kept, maps, amap_stats = [], [], []
+        for rows, graph, scores, heat in judged:
+            if map_images is not None:
+                out = self._score(graph.prompt, map_images[rows], graph, heatmaps=True)
+                if out is None:
+                    continue
+                heat = torch.stack([h.float() for h in out.heatmaps])
             amap = self.projector.project(scores, heat, graph, self.latent_grid)
             kept += rows
-            maps.append(amap.values.reshape(G, -1))
-            for row in scores.tolist():
-                gms.append(geometric_mean(row))
-                ams.append(arithmetic_mean(row))
-            for k, atom in enumerate(graph.atoms):
-                passes.setdefault(atom.kind, []).extend((scores[:, k] >= 0.5).float().tolist())
-            sat += int(amap.stats.get("saturated_atoms", 0))
-            total += int(amap.stats.get("total_atoms", len(graph.atoms)))
-        stats = {
-            "reward_gm": sum(gms) / len(gms) if gms else float("nan"),
-            "reward_am": sum(ams) / len(ams) if ams else float("nan"),
-            "reward_std": float(torch.tensor(gms).std(unbiased=False)) if gms else float("nan"),
-            "saturated_fraction": sat / total if total else float("nan"),
-            **{f"pass_{kind}": sum(v) / len(v) for kind, v in passes.items()},
-        }
-        return kept, (torch.cat(maps) if maps else torch.empty(0)), stats
+            maps.append(amap.values.reshape(len(rows), -1))
+            amap_stats.append(amap.stats)
+        return kept, (torch.cat(maps) if maps else torch.empty(0)), amap_stats
+
+    def _score(self, prompt: str, images: torch.Tensor, graph: SceneGraph, heatmaps: bool):
+        """One scorer call; a failure is logged and counted and gives None (the group is skipped)."""
+        try:
+            return self.scorer.score(images, [graph] * len(images), heatmaps=heatmaps)
+        except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
+            self.counters["scorer_failures"] += 1
+            self.log(f"step {self.step}: scorer failed on prompt {prompt!r} ({type(err).__name__}: {err}); group skipped")
+            return None
+
+    def score_groups(self, prompts: list[str], rollout: Rollout) -> tuple[list[int], torch.Tensor, dict]:
+        """Advantage maps for every group the scorer could judge: (kept sample indices, A [n, N], stats)."""
+        judged = self.judge(prompts, rollout)
+        kept, advantages, amap_stats = self.advantages(judged, rollout)
+        return kept, advantages, reward_stats(judged, amap_stats)
 
     def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
         """Per-element log-prob of the stored transition under the current policy, and the mean."""
         v = self.policy.velocity(latents, sigma, cond)
         step = sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents)
         return step
+
+    def objective(self, log_prob: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The clipped objective of one window step: per position (CAST) or per sample (Flow-GRPO)."""
+        cfg = self.config
+        if cfg.ratio_mode == "position":
+            return clipped_objective(reduce_per_position(log_prob), old, adv, cfg.clip_range)
+        return flow_grpo_objective(reduce_per_position(log_prob).mean(1), old.mean(1), adv.mean(1), cfg.clip_range,
+                                   adv_clip=cfg.adv_clip)
 
     def update(self, rollout: Rollout, kept: list[int], advantages: torch.Tensor, generator: torch.Generator) -> dict:
         """``inner_epochs`` passes of the clipped objective over the window steps."""
@@ -279,11 +319,7 @@ class Trainer:
                     sigma, sigma_next = sig[step_index], sig[step_index + 1]
                     cur = self.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sigma, sigma_next, cond, sigma_max)
                     old = rollout.log_probs[rows, t]
-                    if cfg.ratio_mode == "position":
-                        loss, diag = clipped_objective(reduce_per_position(cur.log_prob), old, adv, cfg.clip_range)
-                    else:
-                        loss, diag = flow_grpo_objective(reduce_per_position(cur.log_prob).mean(1), old.mean(1),
-                                                         adv.mean(1), cfg.clip_range, adv_clip=cfg.adv_clip)
+                    loss, diag = self.objective(cur.log_prob, old, adv)
                     kl = torch.zeros(())
                     if cfg.beta > 0:
                         with torch.no_grad(), self.policy.reference():
