@@ -83,3 +83,58 @@ def test_objects_embedder_sees_what_the_oracle_sees():
     # an empty image is a valid, constant direction
     e = emb.embed(torch.ones(2, 3, 32, 32))
     assert torch.allclose(e[0], e[1]) and torch.isclose(e[0].norm(), torch.tensor(1.0))
+
+
+class TestSceneEmbedder(EmbedderConformance):
+    def make_embedder(self):
+        from cast_shapes.layout_embedder import SceneEmbedder
+
+        return SceneEmbedder()
+
+    def make_images(self):
+        return torch.cat([scenes(PROMPT, [0, 1]), scenes("three yellow triangles", [0]), torch.ones(1, 3, 32, 32)])
+
+
+def _render(*objects) -> torch.Tensor:
+    from cast_shapes.world import Placed
+
+    return torch.from_numpy(render_batch([tuple(Placed(s, c, x, y, 8, i) for i, (s, c, x, y) in enumerate(objects))]))
+
+
+def test_scene_embedder_counts_shared_facts():
+    """cos = shared facts / sqrt(facts of a · facts of b); each present (colour, shape) states two:
+    its count and the coarse cell of its objects' mean centre."""
+    from cast_shapes.layout_embedder import SceneEmbedder
+
+    emb = SceneEmbedder(cells=3)
+    left = emb.embed(_render(("circle", "red", 6, 16)))
+    right = emb.embed(_render(("circle", "red", 26, 16)))  # same count, other cell: 1 of 2 facts
+    assert np.isclose(float(cos(left, right)), 0.5)
+    # a blue square added: 2 of (2, 4) facts shared -> 2 / sqrt(8)
+    both = emb.embed(_render(("circle", "red", 6, 16), ("square", "blue", 26, 16)))
+    assert np.isclose(float(cos(left, both)), 2 / np.sqrt(8))
+    # a second red circle in the same (left) third: the count fact flips, the cell fact stays
+    two = emb.embed(_render(("circle", "red", 5, 6), ("circle", "red", 5, 26)))
+    assert np.isclose(float(cos(left, two)), 0.5)
+    # a red square where the circle was: another channel, nothing shared
+    square = emb.embed(_render(("square", "red", 6, 16)))
+    assert float(cos(left, square)) == 0.0
+
+
+def test_scene_embedder_ignores_pixel_noise_and_embeds_empty_images():
+    from cast_shapes.layout_embedder import SceneEmbedder
+
+    emb = SceneEmbedder()
+    clean = scenes(PROMPT, [0, 1])
+    gen = torch.Generator().manual_seed(0)
+    noisy = (clean + 0.05 * torch.randn(clean.shape, generator=gen)).clamp(0, 1)
+    assert bool((cos(emb.embed(clean), emb.embed(noisy)) > 0.99).all())
+    e = emb.embed(torch.ones(2, 3, 32, 32))
+    assert torch.allclose(e[0], e[1]) and torch.isclose(e[0].norm(), torch.tensor(1.0))
+    assert emb.identity == "shapes-scene:cells=3:cap=4"
+    try:
+        SceneEmbedder(cells=0)
+    except ValueError as err:
+        assert "cells" in str(err)
+    else:
+        raise AssertionError("cells=0 must be refused")

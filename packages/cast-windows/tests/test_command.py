@@ -111,3 +111,19 @@ def test_commitment_adds_the_causal_step_and_needs_a_judge(cast, tmp_path):
     assert isinstance(c["within_one_step"], bool)
     bad = cast("window", "--policy", "fake", "--steps", "4", "--commitment", "--out", str(tmp_path), "--no-cache")
     assert bad.exit_code != 0 and "--commitment needs --truth-scorer" in bad.output
+
+
+def test_the_policy_chooses_the_default_embedder_and_rule(cast, tmp_path, monkeypatch):
+    from cast_core.testing.fakes import FakePolicy
+
+    monkeypatch.setattr(FakePolicy, "window_defaults", {"embedder": "pixels", "method": "settle", "level": 0.5}, raising=False)
+    common = ["--policy", "fake", "--json", "--cache-dir", str(tmp_path / "cache"), "--seeds", "0"]
+    out = cast("window", *common, "--out", str(tmp_path / "a"))
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.stdout)["diagnostics"]
+    assert d["knee_method"] == "settle" and "level=0.5" in d["reason"] and d["embedder"] == "pixels"
+    normalised = d["normalised"]
+    assert all(v >= 0.5 - 1e-9 for v in normalised[d["knee_step"]:]) and normalised[d["knee_step"] - 1] < 0.5
+    # explicit options win over the policy's defaults
+    out = cast("window", *common, "--method", "kneedle", "--out", str(tmp_path / "b"))
+    assert json.loads(out.stdout)["diagnostics"]["knee_method"] == "kneedle"

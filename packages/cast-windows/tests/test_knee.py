@@ -127,3 +127,46 @@ def test_smoothing_helpers():
     with pytest.raises(ValueError):
         moving_average(y, 2)
     np.testing.assert_allclose(curvature(np.linspace(0, 1, 7)), 0, atol=1e-12)  # a line has none
+
+
+def test_settle_is_the_first_step_from_which_the_curve_stays_above_the_level():
+    # normalised: 0, .2, .4, .6, .95, .85, .92, 1 -> dips below 0.9 at step 5, so it settles at 6
+    curve = np.array([0.0, 0.2, 0.4, 0.6, 0.95, 0.85, 0.92, 1.0]) * 0.5 + 0.3
+    knee = find_knee(curve, method="settle")
+    assert knee.step == 6 and not knee.fallback and knee.reason.startswith("settle")
+    assert find_knee(curve, method="settle", level=0.5).step == 3
+    assert find_knee(curve, method="settle", level=1.0).step == 7
+
+
+def test_settle_on_a_straight_line_is_where_it_crosses_the_level():
+    # kneedle has no bend to find on a straight rise (fallback); settle has an exact answer
+    line = np.linspace(0.2, 1.0, 11)  # normalised i/10
+    with pytest.warns(FlatCurveWarning):
+        assert find_knee(line).fallback
+    assert find_knee(line, method="settle").step == 9
+    assert find_knee(line, method="settle", level=0.75).step == 8  # 0.7 < 0.75 <= 0.8
+
+
+def test_settle_on_a_sigmoid_matches_the_exact_crossing():
+    for steps, mid, width in [(10, 3.0, 0.8), (20, 8.0, 1.5), (28, 12.0, 2.0)]:
+        y = logistic(steps, mid, width)
+        yn = (y - y.min()) / (y.max() - y.min())
+        expected = int(np.argmax(yn >= 0.9))  # monotone: first crossing = stays above from there
+        assert find_knee(y, method="settle", smooth=1).step == expected
+
+
+def test_settle_falls_back_on_flat_curves_and_curves_that_end_low():
+    with pytest.warns(FlatCurveWarning, match="flat"):
+        assert find_knee(np.full(10, 0.7), method="settle").step == 4
+    with pytest.warns(FlatCurveWarning, match="never settles"):
+        knee = find_knee(np.array([0.0, 0.5, 1.0, 0.95, 0.5]), method="settle", smooth=1)
+    assert knee.fallback and knee.step == 2
+    with pytest.raises(ValueError, match="level"):
+        find_knee(np.linspace(0, 1, 5), method="settle", level=0.0)
+
+
+def test_cli_knows_every_method_without_importing_numpy():
+    from cast_windows.commands import KNEE_METHODS
+    from cast_windows.knee import METHODS
+
+    assert tuple(KNEE_METHODS) == tuple(METHODS)

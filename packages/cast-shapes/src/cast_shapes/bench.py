@@ -28,8 +28,9 @@ METHODS: dict[str, dict] = {
     "cast-final-maps": {"projector": "spatial", "ratio_mode": "position", "heatmap_source": "final"},  # the paper's maps
     "cast-atoms-no-heatmaps": {"projector": "atoms", "ratio_mode": "position"},
     "cast-scalar-per-position": {"projector": "scalar", "ratio_mode": "position"},
-    "cast-window-early": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 0, "window_size": 3},
-    "cast-window-late": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 6, "window_size": 3},
+    # the measured window is 2 steps (6-7 of 10): the fixed ones are 2 steps too, at either end
+    "cast-window-early": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 0, "window_size": 2},
+    "cast-window-late": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 8, "window_size": 2},
 }
 QUICK_METHODS = ("flow-grpo", "cast")
 

@@ -51,6 +51,30 @@ class LayoutEmbedder:
         return occupancy / occupancy.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
+def _channels() -> dict[tuple[str, str | None], int]:
+    """One channel per (colour, shape) the oracle can perceive, plus a shapeless blob per colour."""
+    from cast_shapes.world import COLOURS, SHAPES
+
+    return {(c, s): i for i, (c, s) in enumerate((c, s) for c in COLOURS for s in (*SHAPES, None))}
+
+
+def _detect(images: torch.Tensor) -> list:
+    """The oracle's perception on ``[B, 3, H, W]`` images in [0, 1]: detections per image."""
+    from cast_shapes.perception import detect
+
+    if images.ndim != 4 or images.shape[1] != 3:
+        raise ValueError(f"expected images [B, 3, H, W] in [0, 1], got shape {tuple(images.shape)}")
+    return detect(images.detach().float().clamp(0, 1).cpu().numpy())
+
+
+def _unit_rows(x: torch.Tensor) -> torch.Tensor:
+    """Rows L2-normalised; an all-zero row (no object at all) becomes a constant unit vector,
+    since zero has no direction."""
+    x = x.clone()
+    x[x.norm(dim=-1) < 1e-12] = 1.0
+    return x / x.norm(dim=-1, keepdim=True)
+
+
 class ObjectsEmbedder:
     """``shapes-objects``: the objects the oracle *perceives*, as soft maps.
 
@@ -68,10 +92,8 @@ class ObjectsEmbedder:
     def __init__(self, grid: int = 8, sigma: float = 2.0):
         if grid < 1 or sigma <= 0:
             raise ValueError(f"grid must be >= 1 and sigma > 0, got grid={grid}, sigma={sigma}")
-        from cast_shapes.world import COLOURS, SHAPES
-
         self.grid, self.sigma = int(grid), float(sigma)
-        self._channels = {(c, s): i for i, (c, s) in enumerate((c, s) for c in COLOURS for s in (*SHAPES, None))}
+        self._channels = _channels()
 
     @property
     def identity(self) -> str:
@@ -79,19 +101,59 @@ class ObjectsEmbedder:
 
     @torch.no_grad()
     def embed(self, images: torch.Tensor) -> torch.Tensor:
-        from cast_shapes.perception import detect
-
-        if images.ndim != 4 or images.shape[1] != 3:
-            raise ValueError(f"expected images [B, 3, H, W] in [0, 1], got shape {tuple(images.shape)}")
+        detections = _detect(images)
         b, _, h, w = images.shape
         ys = torch.arange(h, dtype=torch.float32)[:, None] + 0.5
         xs = torch.arange(w, dtype=torch.float32)[None, :] + 0.5
         maps = torch.zeros(b, len(self._channels), h, w)
-        for i, dets in enumerate(detect(images.detach().float().clamp(0, 1).cpu().numpy())):
+        for i, dets in enumerate(detections):
             for d in dets:
                 bump = torch.exp(-((xs - d.cx) ** 2 + (ys - d.cy) ** 2) / (2 * self.sigma**2))
                 maps[i, self._channels[(d.colour, d.shape)]] += bump
-        pooled = F.adaptive_avg_pool2d(maps, (self.grid, self.grid)).flatten(1)
-        empty = pooled.norm(dim=-1) < 1e-12
-        pooled[empty] = 1.0
-        return pooled / pooled.norm(dim=-1, keepdim=True)
+        return _unit_rows(F.adaptive_avg_pool2d(maps, (self.grid, self.grid)).flatten(1))
+
+
+class SceneEmbedder:
+    """``shapes-scene``: the oracle's scene as discrete facts, so that similarity moves in the
+    same jumps as its verdicts.
+
+    ``shapes-objects`` draws detections as smooth bumps, so a blob drifting one pixel or a fourth
+    triangle appearing next to three changes the cosine only a little — while the oracle's count
+    and relation verdicts flip outright. Here every (colour, shape) channel the perception finds
+    (a blob that is no shape has a channel per colour) contributes two one-hot facts: its count
+    (1, 2, 3, ``cap`` or more) and the ``cells × cells`` cell of its objects' mean centre. An
+    absent channel contributes nothing. The cosine of two embeddings is then the number of facts
+    the two scenes share over the geometric mean of the numbers they state — 1 exactly when the
+    oracle would list the same objects, as many, in the same coarse places. An image with no
+    object at all embeds to a constant unit vector (not zero, which has no direction).
+    """
+
+    def __init__(self, cells: int = 3, cap: int = 4):
+        if cells < 1 or cap < 1:
+            raise ValueError(f"cells and cap must be >= 1, got cells={cells}, cap={cap}")
+        self.cells, self.cap = int(cells), int(cap)
+        self._channels = _channels()
+        self._block = self.cap + self.cells * self.cells
+
+    @property
+    def identity(self) -> str:
+        return f"shapes-scene:cells={self.cells}:cap={self.cap}"
+
+    @torch.no_grad()
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        detections = _detect(images)
+        b, _, h, w = images.shape
+        out = torch.zeros(b, len(self._channels) * self._block)
+        for i, dets in enumerate(detections):
+            groups: dict[tuple, list] = {}
+            for d in dets:
+                groups.setdefault((d.colour, d.shape), []).append(d)
+            for key, members in groups.items():
+                base = self._channels[key] * self._block
+                out[i, base + min(len(members), self.cap) - 1] = 1.0
+                cx = sum(d.cx for d in members) / len(members)
+                cy = sum(d.cy for d in members) / len(members)
+                col = min(int(cx * self.cells / w), self.cells - 1)
+                row = min(int(cy * self.cells / h), self.cells - 1)
+                out[i, base + self.cap + row * self.cells + col] = 1.0
+        return _unit_rows(out)

@@ -27,6 +27,11 @@ def register_embedders(register):
         lazy("cast_shapes.layout_embedder:ObjectsEmbedder"),
         description="the objects the shapes oracle perceives (colour, shape, place) as soft maps",
     )
+    register(
+        "shapes-scene",
+        lazy("cast_shapes.layout_embedder:SceneEmbedder"),
+        description="the oracle's scene as discrete facts: count and coarse place per colour x shape",
+    )
 
 
 @hookimpl
@@ -56,9 +61,10 @@ def register_recipes(register):
         window="clip-curvature",
         settings={
             "prompts": "cast_shapes.suites:train_prompts",
-            # the two steps ending at the measured knee: the steps before carry no gradient signal
-            # here (`cast signal`) and their x̂0 is too blurry to point at objects
-            "window_kwargs": {"embedder": "shapes-layout", "window_size": 2},
+            # the two steps ending at the measured formation point: the shapes-scene similarity
+            # settles (>= 0.9) at step 7 of 10, within one step of the oracle's own ground truth
+            # (README, "Window validation"); earlier steps' x̂0 is too blurry to point at objects
+            "window_kwargs": {"embedder": "shapes-scene", "method": "settle", "window_size": 2},
             # maps from x̂0 before the window, not from the final image (docs/shapes-rl.md)
             "heatmap_source": "x0",
             "num_steps": 10, "eta": 0.7,

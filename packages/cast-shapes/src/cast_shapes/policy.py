@@ -118,6 +118,12 @@ class ShapesPolicy:
             raise ValueError(f"{path}: unexpected LoRA tensors {result.unexpected_keys[:3]}")
 
     # -- extras -----------------------------------------------------------------------------------
+    #: What `cast window --policy shapes` measures with unless told otherwise: the oracle's scene
+    #: as discrete facts and the settle rule — the pair whose formation point agrees with the
+    #: oracle ground truth (README, "Window validation"); the shapes *recipe* keeps its own
+    #: window settings (cast_shapes.plugin).
+    window_defaults = {"embedder": "shapes-scene", "method": "settle", "level": 0.9}
+
     @property
     def calibration_prompts(self) -> list[str]:
         """Prompts for window calibration: training prompts of every atom count (never held out)."""

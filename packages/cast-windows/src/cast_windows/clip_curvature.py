@@ -76,6 +76,7 @@ class ClipCurvatureSelector:
         smooth: int | None = None,
         min_rise: float = 1e-3,
         min_bend: float = 0.05,
+        level: float = 0.9,
         image_size: Sequence[int] | None = None,
         batch_size: int = 8,
         cache_dir: str | Path | None = None,
@@ -93,7 +94,8 @@ class ClipCurvatureSelector:
         self.num_prompts = int(num_prompts)
         self.seeds = [int(s) for s in seeds]
         self.window_size = window_size
-        self.knee_options = {"method": method, "smooth": smooth, "min_rise": min_rise, "min_bend": min_bend}
+        self.knee_options = {"method": method, "smooth": smooth, "min_rise": min_rise, "min_bend": min_bend,
+                             "level": level}
         self.image_size = tuple(image_size) if image_size is not None else None
         self.batch_size = int(batch_size)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

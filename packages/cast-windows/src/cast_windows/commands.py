@@ -20,6 +20,9 @@ import click
 
 from cast_core.errors import CastError
 
+#: cast_windows.knee.METHODS, spelled out so that `cast --help` does not import numpy (a test keeps them equal)
+KNEE_METHODS = ("kneedle", "curvature", "settle")
+
 #: Generic compositional prompts (objects, counts, colours, positions) used when neither the
 #: user nor the policy names a calibration set. The window is a property of the model's
 #: trajectory, not of particular prompts; these just exercise the usual kinds of structure.
@@ -82,7 +85,8 @@ def _seeds(text: str) -> list[int]:
 @click.command("window")
 @click.option("--policy", required=True, help="Policy component (e.g. fake, shapes, flux2).")
 @click.option("--policy-opt", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the policy (repeatable).")
-@click.option("--embedder", default="pixels", show_default=True, help="Embedder component (pixels, clip, shapes-layout, ...).")
+@click.option("--embedder", help="Embedder component (pixels, clip, shapes-scene, ...). Default: the policy's "
+              "own choice (its window_defaults), else pixels.")
 @click.option("--embedder-opt", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the embedder, e.g. pretrained=/path/to/clip.bin (repeatable).")
 @click.option("--prompts", "prompt_file", type=click.Path(dir_okay=False), help="Calibration prompts, one a line.")
 @click.option("--suite", help="Calibration suite: a registered prompt suite (e.g. the shapes world's) or module:callable.")
@@ -90,7 +94,10 @@ def _seeds(text: str) -> list[int]:
 @click.option("--num-prompts", default=8, show_default=True, type=click.IntRange(1, 100000), help="Calibration prompts used (N spread over the list).")
 @click.option("--seeds", default="0,1", show_default=True, help="Noise seeds per prompt, comma-separated.")
 @click.option("--window-size", type=click.IntRange(1, 1000), help="Window length ending at the knee (default: steps 0..knee).")
-@click.option("--method", type=click.Choice(["kneedle", "curvature"]), default="kneedle", show_default=True, help="Knee rule.")
+@click.option("--method", type=click.Choice(KNEE_METHODS), help="Formation-point rule (cast_windows.knee). Default: "
+              "the policy's window_defaults, else kneedle.")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True), help="For --method settle: the normalised "
+              "similarity the curve must stay above (default: the policy's window_defaults, else 0.9).")
 @click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1, 4096), help="Images sampled at once.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Curve cache (default ~/.cache/cast/windows).")
 @click.option("--no-cache", is_flag=True, help="Measure again; neither read nor write the cache.")
@@ -102,7 +109,7 @@ def _seeds(text: str) -> list[int]:
 @click.option("--out", "-o", default=".", show_default=True, type=click.Path(file_okay=False), help="Directory for window.json and window.png.")
 @click.option("--json", "as_json", is_flag=True, help="Print window.json to stdout instead of a summary.")
 def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suite, steps, num_prompts, seeds,
-                   window_size, method, batch_size, cache_dir, no_cache, truth_scorer, truth_decomposer,
+                   window_size, method, level, batch_size, cache_dir, no_cache, truth_scorer, truth_decomposer,
                    truth_threshold, commitment, eta, out, as_json):
     """Measure where POLICY's samples form their structure and print the SDE window CAST would use."""
     import warnings
@@ -115,6 +122,10 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     if prompt_file and suite:
         raise click.UsageError("give --prompts or --suite, not both")
     pol = get_policy(policy, **parse_options(policy_opt, "--policy-opt"))
+    defaults = dict(getattr(pol, "window_defaults", None) or {})
+    embedder = embedder or defaults.get("embedder", "pixels")
+    method = method or defaults.get("method", "kneedle")
+    level = level or defaults.get("level", 0.9)
     if prompt_file:
         from cast_core.commands.inputs import read_prompt_file
 
@@ -127,7 +138,7 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
         prompts, source = list(DEFAULT_PROMPTS), "cast-windows' default prompts"
     selector = ClipCurvatureSelector(
         embedder, embedder_kwargs=parse_options(embedder_opt, "--embedder-opt"), calibration_prompts=prompts,
-        num_prompts=num_prompts, seeds=_seeds(seeds), window_size=window_size, method=method,
+        num_prompts=num_prompts, seeds=_seeds(seeds), window_size=window_size, method=method, level=level,
         batch_size=batch_size, cache_dir=cache_dir, use_cache=not no_cache,
     )
     with warnings.catch_warnings(record=True) as caught:

@@ -35,6 +35,16 @@ The exact rule (:func:`find_knee`), in order:
    ``method="curvature"`` takes the literal rule instead: the interior step with the largest concave discrete curvature
    ``-κ_i``, ``κ = ŷ''/(1 + ŷ'^2)^{3/2}`` (central differences on the normalised axes). It is exact
    on clean curves and fragile on noisy ones; it is offered for comparison.
+   ``method="settle"`` is for curves that rise steadily and have no bend to find: the first step
+   from which ``ŷ`` stays at or above ``level`` (default 0.9) — the point after which the x̂0 is
+   within 10 % of the way to the final image, by this embedder. It is the oracle ground truth's
+   own definition ("verdicts settled for 90 % of samples") carried over from verdicts to
+   embeddings, so it agrees with that truth exactly when the embedder sees what the verdicts
+   see. Why it exists: the shapes world's scene similarity (``shapes-scene``) tracks the oracle's
+   verdict agreement step by step, and both rise almost linearly; the maximal-curvature point of
+   a nearly straight curve is wherever noise puts the flattest stretch, far before the
+   settling step (README, "Window validation"). The flat-curve fallback applies; ``min_bend``
+   does not (a straight curve settles too).
 6. **No bend.** If the best ``ŷ_i - x_i`` is below ``min_bend`` (default 0.05 — a straight or convex
    curve that rises without flattening; for ``"curvature"``: no concave point), fallback.
 
@@ -54,7 +64,7 @@ from typing import Sequence
 
 import numpy as np
 
-METHODS = ("kneedle", "curvature")
+METHODS = ("kneedle", "curvature", "settle")
 
 
 class FlatCurveWarning(UserWarning):
@@ -128,10 +138,13 @@ def find_knee(
     smooth: int | None = None,
     min_rise: float = 1e-3,
     min_bend: float = 0.05,
+    level: float = 0.9,
 ) -> Knee:
     """The formation point of a rising similarity curve (rule in the module docstring)."""
     if method not in METHODS:
         raise ValueError(f"unknown knee method {method!r}; choose one of {', '.join(METHODS)}")
+    if not 0.0 < level <= 1.0:
+        raise ValueError(f"level must be in (0, 1], got {level}")
     y = np.asarray(curve, dtype=float).reshape(-1)
     if y.size == 0:
         raise ValueError("cannot find the knee of an empty curve")
@@ -158,6 +171,15 @@ def find_knee(
     if rise < min_rise:
         return result(middle, f"the curve is flat: it rises by {rise:.4g} < min_rise={min_rise:g} from the first "
                               f"to the last step; fell back to the middle step {middle}", True)
+    if method == "settle":
+        below = np.flatnonzero(yn < level - 1e-9)  # a curve exactly at the level counts as there
+        step = int(below[-1]) + 1 if below.size else 0
+        if step >= n:
+            return result(middle, f"never settles: the normalised curve ends below level={level:g} "
+                                  f"({float(yn[-1]):.3f}; it falls at the end); fell back to the middle step {middle}", True)
+        return result(step, f"settle: from step {step} on the normalised curve stays >= level={level:g} "
+                            f"(y_norm = {float(yn[step]):.3f} there; {float(yn[step - 1]) if step else float('nan'):.3f} "
+                            f"the step before)", False)
     if method == "kneedle":
         step = int(np.argmax(distance))
         best = float(distance[step])
