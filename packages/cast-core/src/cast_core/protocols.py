@@ -34,6 +34,11 @@ class Policy(Protocol):
     Latents are packed sequences ``[B, N, C]`` (N = h*w of :meth:`latent_grid`); guidance
     (distilled or true CFG) happens inside :meth:`velocity`, so the policy *is* the guided field.
     Trainable parameters are the adapter (e.g. LoRA); :meth:`reference` switches it off.
+
+    Optional extras, read with ``getattr`` where used: ``identity`` (a string for caches),
+    ``calibration_prompts`` (what window measurement samples) and ``window_defaults`` (a dict of
+    ``embedder`` / ``method`` / ``level`` for ``cast window``: a policy knows which embedder sees
+    its images' structure — CLIP for natural images, ``shapes-scene`` for the shapes world).
     """
 
     default_image_size: tuple[int, int]

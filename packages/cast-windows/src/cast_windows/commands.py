@@ -198,12 +198,12 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     if "truth" in record:
         t = record["truth"]
         click.echo(f"{truth_scorer} formation step: {t['step']} (verdicts settled for >= {truth_threshold:.0%} of samples "
-                   f"from there on); within one step of the knee: {'yes' if t['within_one_step'] else 'NO'}; "
+                   f"from there on); within one step of the formation point: {'yes' if t['within_one_step'] else 'NO'}; "
                    f"per-atom: step {t['atom_step']}")
     if "commitment" in record:
         c = record["commitment"]
         click.echo(f"commitment step: {c['step']} (SDE noise, eta {c['eta']:g}, from there on keeps every verdict of >= "
-                   f"{truth_threshold:.0%} of samples); within one step of the knee: {'yes' if c['within_one_step'] else 'NO'}; "
+                   f"{truth_threshold:.0%} of samples); within one step of the formation point: {'yes' if c['within_one_step'] else 'NO'}; "
                    f"per-atom: step {c['atom_step']}")
     click.echo(f"measured on {d['samples']} samples from {source}; embedder {d['embedder']}"
                + (" (cached)" if d["cached"] else ""))
