@@ -1,0 +1,61 @@
+"""evaluate() (GenEval 2's layout plus per-prompt GMs), paired_difference() and the report's
+paired line."""
+
+import json
+import math
+
+import pytest
+
+from cast_core.aggregate import geometric_mean
+from cast_core.evaluation import evaluate, paired_difference
+from cast_core.testing import ConstantScorer, FakeDecomposer, FakePolicy, LeftBrightnessScorer
+
+PROMPTS = ["a red circle", "two blue squares", "a green triangle"]
+
+
+def test_evaluate_layout_and_per_prompt_gm():
+    out = evaluate(FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3,
+                   num_steps=4, batch_size=4)  # batches cut across prompts on purpose
+    assert out["images"] == 9 and out["prompts"] == 3 and len(out["per_prompt_gm"]) == 3
+    # equal images per prompt: the image-level GM is the mean of the per-prompt means
+    assert math.isclose(out["gm"], sum(out["per_prompt_gm"]) / 3, rel_tol=1e-9)
+    assert set(out["by_skill"]) == {"object", "count"} and list(out["by_atom_count"]) == ["2"]
+    again = evaluate(FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3,
+                     num_steps=4, batch_size=4)
+    assert again == out  # seeded: the same images, so comparisons can be paired
+
+
+def test_constant_scorer_gives_its_value_everywhere():
+    out = evaluate(FakePolicy(), PROMPTS, ConstantScorer(0.25), FakeDecomposer(), images_per_prompt=2, num_steps=2)
+    assert out["am"] == pytest.approx(0.25)
+    assert out["per_prompt_gm"] == pytest.approx([geometric_mean([0.25, 0.25])] * 3)
+
+
+def test_paired_difference_exact_numbers():
+    before = {"per_prompt_gm": [0.2, 0.4, 0.6, 0.8]}
+    after = {"per_prompt_gm": [0.3, 0.4, 0.7, 0.8]}  # diffs .1 0 .1 0: mean .05, sd sqrt(1/300)
+    d = paired_difference(before, after)
+    assert d["prompts"] == 4 and d["delta"] == pytest.approx(0.05)
+    assert d["se"] == pytest.approx(math.sqrt(0.01 / 3) / 2)
+    assert d["z"] == pytest.approx(0.05 / d["se"])
+    shifted = paired_difference(before, {"per_prompt_gm": [x + 0.1 for x in before["per_prompt_gm"]]})
+    assert shifted["se"] == pytest.approx(0.0, abs=1e-12) and shifted["z"] > 1e6
+    assert paired_difference(before, before)["z"] == 0.0
+
+
+def test_paired_difference_refuses_unpaired_inputs():
+    with pytest.raises(ValueError, match="per_prompt_gm"):
+        paired_difference({"gm": 0.3}, {"per_prompt_gm": [0.1, 0.2]})
+    with pytest.raises(ValueError, match="same >= 2 prompts"):
+        paired_difference({"per_prompt_gm": [0.1, 0.2]}, {"per_prompt_gm": [0.1, 0.2, 0.3]})
+
+
+def test_report_shows_the_paired_difference(tmp_path):
+    from cast_core.report import write_report
+
+    for name, gm in (("base", 0.30), ("trained", 0.27)):
+        (tmp_path / f"eval-{name}.json").write_text(json.dumps({"gm": gm, "am": 0.5, "suite": "s"}))
+    (tmp_path / "comparison.json").write_text(json.dumps(
+        {"gm_difference": {"delta": -0.03, "se": 0.02, "prompts": 96, "z": -1.5}}))
+    html = write_report(tmp_path).read_text()
+    assert "-0.030 ± 0.020" in html and "not distinguishable" in html
