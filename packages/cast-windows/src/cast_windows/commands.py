@@ -188,6 +188,7 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
         title=f"cast window: policy {policy}, embedder {embedder}, {steps} steps, {d['samples']} samples ({source})",
         subtitle=d["reason"], truth_step=record["truth"]["step"] if "truth" in record else None,
         commitment_step=record["commitment"]["step"] if "commitment" in record else None,
+        level_value=_level_value(d, level) if method == "settle" else None,
     ).save(target / "window.png")
     if as_json:
         click.echo(json.dumps(record, indent=2))
@@ -208,6 +209,12 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     click.echo(f"measured on {d['samples']} samples from {source}; embedder {d['embedder']}"
                + (" (cached)" if d["cached"] else ""))
     click.echo(f"wrote {target / 'window.json'} and {target / 'window.png'}")
+
+
+def _level_value(d: dict, level: float) -> float:
+    """The settle level in the curve's cosine units: the normalisation undone on the smoothed curve."""
+    lo, hi = min(d["smoothed"]), max(d["smoothed"])
+    return lo + level * (hi - lo)
 
 
 def _within_one_step(truth_step: int | None, knee_step: int) -> bool:

@@ -71,6 +71,13 @@ class _Panel:
             self.draw.line([(xx, y), (xx, min(y + 6, y1))], fill=colour, width=2)
             y += 10
 
+    def hline(self, value: float, colour=KNEE) -> None:
+        x0, _, x1, _ = self.box
+        yy, x = self.y(value), x0
+        while x < x1:  # dotted
+            self.draw.line([(x, yy), (min(x + 3, x1), yy)], fill=colour, width=1)
+            x += 7
+
     def polyline(self, values: Sequence[float], colour, width: int = 2) -> None:
         pts = [(self.x(i), self.y(v)) for i, v in enumerate(values)]
         if len(pts) > 1:
@@ -82,10 +89,11 @@ class _Panel:
 def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Sequence[float], *,
                      window_start: int, window_size: int, knee_step: int, title: str = "",
                      subtitle: str = "", truth_step: int | None = None,
-                     commitment_step: int | None = None) -> Image.Image:
+                     commitment_step: int | None = None, level_value: float | None = None) -> Image.Image:
     """The two-panel figure described in the module docstring; ``truth_step`` (a ground-truth
     formation step from an atom judge, if measured) is drawn as a green dashed line, the causal
-    ``commitment_step`` (if measured) as a blue one."""
+    ``commitment_step`` (if measured) as a blue one, and ``level_value`` (the settle rule's level
+    in the curve's own cosine units) as a red dotted horizontal line."""
     steps = len(mean)
     img = Image.new("RGB", (WIDTH, HEIGHT), "white")
     draw = ImageDraw.Draw(img)
@@ -112,6 +120,8 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
     if commitment_step is not None:
         top.vline(commitment_step, COMMITMENT, phase=3)
     top.vline(knee_step)
+    if level_value is not None:
+        top.hline(level_value)
 
     kappa = list(curvature)
     bottom = _Panel(draw, bottom_box, steps, min(min(kappa), 0.0), max(max(kappa), 0.0))
@@ -128,6 +138,8 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
         legend += f"   judge's formation step: {truth_step} (green)"
     if commitment_step is not None:
         legend += f"   commitment: {commitment_step} (blue)"
+    if level_value is not None:
+        legend += "   settle level (dotted)"
     draw.text((left, HEIGHT - 16), legend, fill=AXIS, font=font)
     draw.text((right, HEIGHT - 30), "step", fill=AXIS, font=font, anchor="ra")
     return img
