@@ -304,3 +304,22 @@ def test_x0_heatmaps_train_the_fake_policy(tmp_path):
     m = metrics(run)
     first, last = np.mean([r["reward_gm"] for r in m[:3]]), np.mean([r["reward_gm"] for r in m[-3:]])
     assert last > first + 0.05, (first, last)
+
+
+@pytest.mark.parametrize("mode", ["independent", "shared"])
+def test_group_noise_shares_the_starting_point_of_a_group(tmp_path, mode):
+    trainer = Trainer(fake_config(group_noise=mode, group_size=4), tmp_path / mode, log=quiet)
+    prompts = [p for p in PROMPTS[:2] for _ in range(4)]
+    window = trainer.window_for(0, prompts)
+    out = trainer.rollout(prompts, window, torch.Generator().manual_seed(0), x0_steps=(0,))
+    x0 = out.x0[:, 0]  # Tweedie estimate at step 0: a function of the starting noise only
+    same_in_group = [torch.equal(x0[g * 4], x0[g * 4 + j]) for g in range(2) for j in range(1, 4)]
+    assert all(same_in_group) == (mode == "shared") and any(same_in_group) == (mode == "shared")
+    assert not torch.equal(x0[0], x0[4])  # groups still start apart
+    # the window's SDE noise still makes the images of a shared group differ
+    assert not torch.equal(out.images[0], out.images[1])
+
+
+def test_group_noise_is_validated():
+    with pytest.raises(ConfigError, match="group_noise"):
+        TrainConfig(group_noise="same").validate()

@@ -60,6 +60,9 @@ class TrainConfig:
     window_size: int = _f(2, "number of SDE steps when no selector is given", low=1, high=1000)
     prompts_per_step: int = _f(2, "distinct prompts per training step", low=1, high=100_000)
     group_size: int = _f(8, "images per prompt (the GRPO group)", low=2, high=10_000)
+    group_noise: str = _f("independent", "initial noise per image (independent) or one per group (shared, DanceGRPO's "
+                          "init_same_noise: outcomes then differ only through the window's SDE noise)",
+                          choices=("independent", "shared"))
     sample_batch_size: int = _f(0, "images per sampling forward pass; 0 = all at once", low=0, high=100_000)
     # -- advantages ---------------------------------------------------------------------------
     gating: str = _f("soft", "DSG gating of child atoms", choices=("soft", "hard"))

@@ -209,14 +209,23 @@ class Trainer:
     def rollout(self, prompts: list[str], window: Window, generator: torch.Generator,
                 x0_steps: tuple[int, ...] | None = None) -> Rollout:
         """Sample a batch; keeps x̂0 at ``x0_steps`` (default: the window start when the heatmaps
-        come from x̂0, else nowhere)."""
+        come from x̂0, else nowhere). With ``group_noise = "shared"`` the G images of a prompt
+        start from one noise, so their rewards differ only through the window's actions — the
+        advantage then credits what the window did, not the luck of the draw (DanceGRPO's
+        ``init_same_noise``); the window must then lie where noise can still change the verdicts."""
         cfg = self.config
         chunk = cfg.sample_batch_size or len(prompts)
         if x0_steps is None:
             x0_steps = (window.start,) if self.maps_from_x0 else ()
         keep = tuple(x0_steps) or False
+        noise = None
+        if cfg.group_noise == "shared":  # one starting point per group, drawn before any SDE noise
+            groups = -(-len(prompts) // cfg.group_size)
+            noise = self.policy.initial_noise(groups, self.image_size, generator)
+            noise = noise.repeat_interleave(cfg.group_size, dim=0)[: len(prompts)]
         parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
-                        window=window, eta=cfg.eta, generator=generator, keep_x0=keep)
+                        window=window, eta=cfg.eta, generator=generator, keep_x0=keep,
+                        initial_noise=None if noise is None else noise[i:i + chunk])
                  for i in range(0, len(prompts), chunk)]
         return concat_rollouts(parts)
 
