@@ -59,3 +59,10 @@ def test_report_shows_the_paired_difference(tmp_path):
         {"gm_difference": {"delta": -0.03, "se": 0.02, "prompts": 96, "z": -1.5}}))
     html = write_report(tmp_path).read_text()
     assert "-0.030 ± 0.020" in html and "not distinguishable" in html
+
+
+def test_paired_verdict_boundaries():
+    from cast_core.evaluation import paired_verdict
+
+    assert paired_verdict(2.0).startswith("better") and paired_verdict(-2.0).startswith("worse")
+    assert paired_verdict(1.99).startswith("not distinguishable") and paired_verdict(-1.99).startswith("not")

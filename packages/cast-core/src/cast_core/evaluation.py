@@ -88,6 +88,15 @@ def paired_difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str
     return {"delta": delta, "se": se, "prompts": n, "z": z}
 
 
+def paired_verdict(z: float) -> str:
+    """Words for a :func:`paired_difference` z: beyond two standard errors either way, or not."""
+    if z >= 2:
+        return "better than the base"
+    if z <= -2:
+        return "worse than the base"
+    return "not distinguishable from the base (|z| < 2)"
+
+
 def verdict_grid(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
                  num_steps: int = 10, seed: int = 0):
     """A picture: one row per prompt (its images with GM and per-atom pass/fail marks), sampled

@@ -80,8 +80,10 @@ def write_report(run_dir: str | Path) -> Path:
         suite = next(iter(evals.values())).get("suite", "")
         parts.append(f"<h2>Evaluation on {html.escape(str(suite))}</h2>" + _eval_table(evals))
         if (run / "comparison.json").exists():
+            from cast_core.evaluation import paired_verdict
+
             d = json.loads((run / "comparison.json").read_text())["gm_difference"]
-            verdict = "better" if d["z"] >= 2 else "worse" if d["z"] <= -2 else "not distinguishable from the base (|z| < 2)"
+            verdict = paired_verdict(d["z"])
             parts.append(f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
                          f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts, z = {d['z']:.1f}): {verdict}.</p>")
     grids = sorted(run.glob("grid-*.png"))

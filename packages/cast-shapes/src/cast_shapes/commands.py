@@ -113,7 +113,7 @@ def demo_command(minutes, out, images_per_prompt, sets):
 
     from cast_core.checkpoints import latest_checkpoint
     from cast_core.commands.train import build_config
-    from cast_core.evaluation import evaluate, paired_difference, verdict_grid
+    from cast_core.evaluation import evaluate, paired_difference, paired_verdict, verdict_grid
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
     from cast_core.report import write_report
     from cast_core.trainer import Trainer
@@ -144,9 +144,8 @@ def demo_command(minutes, out, images_per_prompt, sets):
     report = write_report(run)
     click.echo(f"held-out hard prompts: GM {b['gm']:.3f} -> {t['gm']:.3f}, AM {b['am']:.3f} -> {t['am']:.3f} "
                f"after {trainer.step} steps ({trainer.counters['images_sampled']} images)")
-    verdict = "better than the base" if diff["z"] >= 2 else "worse than the base" if diff["z"] <= -2 else "within noise of the base"
     click.echo(f"paired GM difference {diff['delta']:+.3f} ± {diff['se']:.3f} (standard error over {diff['prompts']} "
-               f"prompts, same noise for both): {verdict}")
+               f"prompts, same noise for both): {paired_verdict(diff['z'])}")
     click.echo(f"report: {report}")
 
 
