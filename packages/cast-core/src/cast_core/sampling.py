@@ -68,6 +68,7 @@ def sample(
     generator: torch.Generator | None = None,
     keep_x0: bool | Collection[int] = False,
     initial_noise: torch.Tensor | None = None,
+    noise_block: int = 1,
 ) -> Rollout:
     """Generate images for ``prompts`` and record the window steps.
 
@@ -77,6 +78,8 @@ def sample(
     indices, at those steps only, in step order ``[B, len(keep_x0), N, C]`` (a trainer that needs
     one step's estimate should not hold all of them for a large model). Noise for the initial
     latents and for every SDE step comes from ``generator`` in a fixed order, so a seed reproduces the rollout.
+    ``noise_block`` restricts the window's exploration to block-constant directions
+    (:func:`cast_core.sde.sde_step`).
     """
     prompts = list(prompts)
     if window is not None:
@@ -93,10 +96,12 @@ def sample(
         if i in x0_steps:
             x0s.append(tweedie_x0(x.float(), v.float(), sigma))
         if window is not None and i in window:
-            step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, generator=generator)
+            step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, generator=generator,
+                            noise_block=noise_block)
             nxt = step.prev_sample.to(x.dtype)
             if nxt.dtype != step.prev_sample.dtype:  # score the sample training will see, not its fp32 twin
-                step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, prev_sample=nxt)
+                step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, prev_sample=nxt,
+                                noise_block=noise_block)
             states.append(x)
             nexts.append(nxt)
             log_probs.append(reduce_per_position(step.log_prob))

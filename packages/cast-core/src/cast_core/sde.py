@@ -21,6 +21,22 @@ that cast agrees with Flow-GRPO to float32 precision on the same numbers:
 Everything is computed in float32 whatever the input dtype: Flow-GRPO notes that bf16 overflows
 here, and log-prob *differences* of order 1e-4 (the clip range) are below bf16 resolution.
 
+**Block noise** (``noise_block = k > 1``, a cast extension, off by default): the same SDE
+restricted to the directions that are constant over each run of ``k`` consecutive channels of a
+position (for the shapes policy, ``k = p²`` is one value per patch and colour channel). Writing
+``P`` for the projector that replaces each block by its mean, the step is
+``mean = x + [v + std_dev_t²/(2σ)·P(x + (1-σ)·v)]·dt`` and ``x' = mean + std·P(ξ)``: along
+block-constant directions exactly Flow-GRPO's step (same variance, same marginal-preserving
+drift), along the others the ODE. Its density lives on the ``C/k`` block coordinates
+``z_b = sqrt(k)·P(x' - mean)/std ~ N(0, 1)``; each element carries its block's log-density,
+so per-element means are per-dimension means as in Flow-GRPO and clip ranges keep their scale.
+Why: the reward of a layout depends on coarse structure, while white noise spends most of its
+dimensions on pixel detail the denoiser removes again — and every explored dimension adds
+variance to the policy gradient. Under a new mean only the block-mean part of the move is
+scored; the remaining part is treated as deterministic, as the ODE steps outside a window are.
+The KL term (:func:`cast_core.loss.kl_penalty`) still compares the whole means, so with β > 0
+the unexplored directions stay anchored to the reference too.
+
 ``η = 0`` returns the Euler step bit for bit (same float32 operations as diffusers'
 ``FlowMatchEulerDiscreteScheduler.step``), so the window-free sampler *is* the ODE sampler.
 """
@@ -34,7 +50,7 @@ import torch
 
 __all__ = [
     "SDEStep", "sde_step", "euler_step", "tweedie_x0", "reduce_per_sample", "reduce_per_position",
-    "SDE_KINDS",
+    "SDE_KINDS", "block_mean",
 ]
 
 SDE_KINDS = ("sde", "cps")
@@ -105,6 +121,18 @@ def _noise(shape: torch.Size, like: torch.Tensor, generator: torch.Generator | N
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(like.device)
 
 
+def block_mean(t: torch.Tensor, k: int) -> torch.Tensor:
+    """``P(t)``: each run of ``k`` consecutive last-dim elements replaced by its mean (same shape)."""
+    if k == 1:
+        return t
+    c = t.shape[-1]
+    if c % k:
+        raise ValueError(f"noise_block {k} does not divide the latent channel count {c}; "
+                         f"choose a divisor of {c} (1 is Flow-GRPO's white noise)")
+    m = t.reshape(*t.shape[:-1], c // k, k).mean(-1, keepdim=True)
+    return m.expand(*t.shape[:-1], c // k, k).reshape(t.shape)
+
+
 def _gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Per-element ``log N(x; mean, std²)``; 0 where ``std == 0`` (a deterministic step has no
     density). ``x`` is detached, as in Flow-GRPO: gradients flow only through ``mean``. The
@@ -126,6 +154,7 @@ def sde_step(
     prev_sample: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     kind: str = "sde",
+    noise_block: int = 1,
 ) -> SDEStep:
     """One stochastic step from ``σ`` to ``σ'`` and the log-density of its outcome.
 
@@ -144,6 +173,9 @@ def sde_step(
 
     ``eta = 0`` (either kind) is the Euler ODE step exactly: ``mean == prev_sample ==
     euler_step(...)``, ``std_dev == 0`` and ``log_prob`` is all zeros (not meaningful).
+
+    ``noise_block = k > 1`` explores only block-constant directions (module docstring; ``"sde"``
+    only); ``k = 1`` is Flow-GRPO's step bit for bit.
     """
     if kind not in SDE_KINDS:
         raise ValueError(f"unknown SDE kind {kind!r}; choose one of {', '.join(SDE_KINDS)}")
@@ -152,6 +184,11 @@ def sde_step(
         raise ValueError(f"eta (noise level) must be >= 0, got {eta}")
     if velocity.shape != sample.shape:
         raise ValueError(f"velocity {tuple(velocity.shape)} and sample {tuple(sample.shape)} differ in shape")
+    noise_block = int(noise_block)
+    if noise_block < 1:
+        raise ValueError(f"noise_block must be >= 1, got {noise_block}")
+    if noise_block > 1 and kind != "sde":
+        raise ValueError(f"noise_block {noise_block} is defined for kind='sde' only; use noise_block=1 with {kind!r}")
     x, v = sample.float(), velocity.float()
     s, s_next = _sigma(sigma, x), _sigma(sigma_next, x)
     dt = s_next - s
@@ -171,10 +208,20 @@ def sde_step(
         # std²/(2σ) is 0/0 when σ = 0; the drift correction vanishes there.
         safe_s = torch.where(s > 0, s, torch.ones_like(s))
         coef = torch.where(std_dev_t > 0, std_dev_t**2 / (2 * safe_s), torch.zeros_like(s))
-        mean = x + (v + coef * (x + (1 - s) * v)) * dt
         std = std_dev_t * torch.sqrt(-dt)
-        prev = mean + std * _noise(x.shape, x, generator) if prev_sample is None else prev_sample.float()
-        log_prob = _gaussian_log_prob(prev, mean, std)
+        if noise_block == 1:
+            mean = x + (v + coef * (x + (1 - s) * v)) * dt
+            prev = mean + std * _noise(x.shape, x, generator) if prev_sample is None else prev_sample.float()
+            log_prob = _gaussian_log_prob(prev, mean, std)
+            return SDEStep(prev, log_prob, mean, std, std_dev_t)
+        k = noise_block
+        mean = x + (v + coef * block_mean(x + (1 - s) * v, k)) * dt
+        if prev_sample is None:
+            prev = mean + std * block_mean(_noise(x.shape, x, generator), k)
+        else:
+            prev = prev_sample.float()
+        # the block coordinate sqrt(k)·P(x'-mean) is a unit-variance Gaussian per block
+        log_prob = _gaussian_log_prob(math.sqrt(k) * block_mean(prev.detach(), k), math.sqrt(k) * block_mean(mean, k), std)
         return SDEStep(prev, log_prob, mean, std, std_dev_t)
 
     # cps

@@ -224,7 +224,7 @@ class Trainer:
             noise = self.policy.initial_noise(groups, self.image_size, generator)
             noise = noise.repeat_interleave(cfg.group_size, dim=0)[: len(prompts)]
         parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
-                        window=window, eta=cfg.eta, generator=generator, keep_x0=keep,
+                        window=window, eta=cfg.eta, generator=generator, keep_x0=keep, noise_block=cfg.noise_block,
                         initial_noise=None if noise is None else noise[i:i + chunk])
                  for i in range(0, len(prompts), chunk)]
         return concat_rollouts(parts)
@@ -292,7 +292,8 @@ class Trainer:
     def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
         """Per-element log-prob of the stored transition under the current policy, and the mean."""
         v = self.policy.velocity(latents, sigma, cond)
-        step = sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents)
+        step = sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents,
+                        noise_block=self.config.noise_block)
         return step
 
     def objective(self, log_prob: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, dict]:
