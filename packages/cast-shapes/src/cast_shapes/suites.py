@@ -18,6 +18,8 @@ name, and only Python's ``random.Random`` is used, never ``hash()``):
                    ``atoms-2`` (only 12 such prompts exist: a colourless shape and a count)
 ``train``          training prompts for RL: up to 128 per atom count 2..8 (660: the world has
                    only 12, 72 and 64 training prompts with 2, 3 and 4 atoms)
+``train-hard``     the ``train`` prompts with >= 5 atoms (512): RL prompts matched to the
+                   benchmark's difficulty, where most of the reward signal is
 ``heldout``        held-out prompts: 24 per atom count 5..8, and all 14 with 4 atoms (110)
 ``heldout-hard``   the ``heldout`` prompts with >= 5 atoms (96) — the benchmark suite
 =================  ==========================================================================
@@ -42,7 +44,7 @@ TRAIN_PER_ATOMS = 128
 HELDOUT_PER_ATOMS = 24
 HARD_MIN_ATOMS = 5
 SUITE_NAMES: tuple[str, ...] = (
-    "single", *(f"atoms-{k}" for k in range(2, 9)), "train", "heldout", "heldout-hard",
+    "single", *(f"atoms-{k}" for k in range(2, 9)), "train", "train-hard", "heldout", "heldout-hard",
 )
 
 
@@ -121,6 +123,8 @@ def _suite(name: str) -> tuple[str, ...]:
         return tuple(_draw("train", int(name[6:]), ATOM_SUITE_SIZE, name))
     if name == "train":
         return tuple(p for k in range(2, 9) for p in _draw("train", k, TRAIN_PER_ATOMS, "train"))
+    if name == "train-hard":
+        return tuple(p for p in _suite("train") if parse_prompt(p).atom_count >= HARD_MIN_ATOMS)
     if name == "heldout":
         return tuple(p for k in range(4, 9) for p in _draw("heldout", k, HELDOUT_PER_ATOMS, "heldout"))
     if name == "heldout-hard":
@@ -141,3 +145,8 @@ def suite_digest(name: str) -> str:
 def train_prompts() -> list[str]:
     """The RL training prompts (the ``train`` suite) — what the ``shapes`` recipe trains on."""
     return suite("train")
+
+
+def train_hard_prompts() -> list[str]:
+    """The ``train-hard`` suite: training prompts with >= 5 atoms."""
+    return suite("train-hard")
