@@ -90,3 +90,40 @@ def test_x0_heatmaps_are_scored_per_step(tmp_path):
     assert len(maps) == cfg.num_steps and len(verdicts) == 1  # verdicts once a batch, maps per step
     assert all(torch.equal(v, verdicts[0]) for v in verdicts)  # the final images
     assert not any(torch.equal(maps[t], maps[t + 1]) for t in range(cfg.num_steps - 1))
+
+
+def test_window_signal_compares_whole_window_gradients(tmp_path, monkeypatch):
+    """Independent batches give a finite cosine and leave the parameters alone; identical
+    batches give the same whole-window gradient, cosine exactly 1."""
+    import cast_core.trainer as trainer_module
+    from cast_core.gradient_signal import window_signal
+    from cast_core.types import Window
+
+    trainer = Trainer(fake_config(num_steps=4, group_noise="shared"), tmp_path / "run", log=quiet)
+    before = [p.detach().clone() for p in trainer.params]
+    result = window_signal(trainer, Window(1, 2), batches=3)
+    assert -1 <= result["cosine"] <= 1 and result["grad_norm"] > 0 and result["window"] == [1, 2]
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
+    assert all(p.grad is None for p in trainer.params)
+    monkeypatch.setattr(trainer, "pick_prompts", lambda step: ["a red circle", "a blue square"])
+    monkeypatch.setattr(trainer_module, "seed_for", lambda *parts: 99)
+    assert window_signal(trainer, Window(1, 2), batches=3)["cosine"] == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(ValueError, match="do not fit"):
+        window_signal(trainer, Window(3, 2), batches=2)
+
+
+@pytest.mark.parametrize("value, ok", [("0:2", True), ("2", False), ("1:0", False), ("3:2", False)])
+def test_cast_signal_window_steps_option(tmp_path, value, ok):
+    from cast_core.cli import cli
+
+    res = CliRunner().invoke(cli, ["signal", "--policy", "fake", "--scorer", "left-brightness", "--projector", "spatial",
+                                   "--set", "decomposer=fake", "--set", "window=", "--set", "num_steps=4",
+                                   "--set", "prompts_per_step=2", "--set", "group_size=4",
+                                   "--set", 'prompts=["a red circle", "a blue square"]',
+                                   "--batches", "2", "--window-steps", value, "--out", str(tmp_path / "o")])
+    if ok:
+        assert res.exit_code == 0, res.output
+        assert "whole-window gradient cosine" in res.output and "window 0..1 of 4" in res.output
+        assert (tmp_path / "o" / "window-signal.json").is_file()
+    else:
+        assert res.exit_code == 2 and "--window-steps" in res.output, res.output

@@ -32,7 +32,7 @@ import torch
 from cast_core.sampling import select_rows
 from cast_core.types import Window
 
-__all__ = ["StepSignal", "pairwise_cosine", "step_signal", "signal_steps"]
+__all__ = ["StepSignal", "pairwise_cosine", "step_signal", "signal_steps", "window_signal"]
 
 
 @dataclass
@@ -89,6 +89,36 @@ def signal_steps(signal: StepSignal, z: float = 3.0) -> list[int]:
     return out
 
 
+def _draw_batch(trainer: Any, step: int, window: Window, x0_steps: tuple[int, ...] | None):
+    """One batch as training step ``step`` would draw it: rollout, verdicts, kept rows, advantages, GM."""
+    from cast_core.trainer import reward_stats, seed_for
+
+    cfg = trainer.config
+    prompts = trainer.pick_prompts(step)
+    batch = [p for p in prompts for _ in range(cfg.group_size)]
+    gen = torch.Generator().manual_seed(seed_for(cfg.seed, step, "noise"))
+    rollout = trainer.rollout(batch, window, gen, x0_steps=x0_steps)
+    judged = trainer.judge(prompts, rollout)
+    kept, adv, _ = trainer.advantages(judged, rollout)
+    if not kept:
+        raise RuntimeError(f"step {step}: the scorer could not judge any group")
+    return rollout, judged, kept, adv, float(reward_stats(judged)["reward_gm"])
+
+
+def _step_loss(trainer: Any, rollout, rows: torch.Tensor, cond, t: int, adv: torch.Tensor) -> torch.Tensor:
+    sig, si = rollout.sigmas, rollout.step_indices[t]
+    cur = trainer.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1], cond, sig[1])
+    loss, _ = trainer.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
+    return loss
+
+
+def _flat_grad(trainer: Any) -> torch.Tensor:
+    g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten().cpu() for p in trainer.params])
+    for p in trainer.params:
+        p.grad = None
+    return g
+
+
 def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
                 progress: Callable[[int, int], None] | None = None) -> StepSignal:
     """Measure the per-step gradient signal with a built :class:`cast_core.trainer.Trainer`.
@@ -97,8 +127,6 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
     (far past any real run by default, so the prompts are not the first steps of training). The
     trainer's parameters are not changed.
     """
-    from cast_core.trainer import reward_stats, seed_for
-
     if batches < 2:
         raise ValueError(f"batches must be >= 2, got {batches}")
     cfg = trainer.config
@@ -106,39 +134,23 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
     per_step: list[list[torch.Tensor]] = [[] for _ in range(n_steps)]
     gms: list[float] = []
     images = cfg.prompts_per_step * cfg.group_size
+    # x̂0 heatmaps must precede the step they weight: step t's map is scored on x̂0 at t
+    per_step_maps = trainer.maps_from_x0
     for b in range(batches):
-        step = first_step + b
-        prompts = trainer.pick_prompts(step)
-        batch = [p for p in prompts for _ in range(cfg.group_size)]
-        gen = torch.Generator().manual_seed(seed_for(cfg.seed, step, "noise"))
-        # x̂0 heatmaps must precede the step they weight: step t's map is scored on x̂0 at t
-        per_step_maps = trainer.maps_from_x0
-        rollout = trainer.rollout(batch, Window(0, n_steps), gen,
-                                  x0_steps=tuple(range(n_steps)) if per_step_maps else None)
-        judged = trainer.judge(prompts, rollout)  # verdicts once; only the maps change per step
-        kept, adv, _ = trainer.advantages(judged, rollout)
-        gms.append(float(reward_stats(judged)["reward_gm"]))
-        if not kept:
-            raise RuntimeError(f"batch {b}: the scorer could not judge any group")
+        rollout, judged, kept, adv, gm = _draw_batch(trainer, first_step + b, Window(0, n_steps),
+                                                     tuple(range(n_steps)) if per_step_maps else None)
+        gms.append(gm)
         rows = torch.tensor(kept)
         cond = select_rows(rollout.conditioning, rows)
-        sig = rollout.sigmas
-        for t, si in enumerate(rollout.step_indices):
-            if per_step_maps and t > 0:
+        for p in trainer.params:
+            p.grad = None
+        for t in range(len(rollout.step_indices)):
+            if per_step_maps and t > 0:  # verdicts once; only the maps change per step
                 kept_t, adv, _ = trainer.advantages(judged, rollout, x0_index=t)
                 if kept_t != kept:
                     raise RuntimeError(f"batch {b}: the scorer judged different groups at step {t}")
-            for p in trainer.params:
-                p.grad = None
-            cur = trainer.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1],
-                                   cond, sig[1])
-            loss, _ = trainer.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
-            loss.backward()
-            per_step[t].append(torch.cat([
-                (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten().cpu() for p in trainer.params
-            ]))
-        for p in trainer.params:
-            p.grad = None
+            _step_loss(trainer, rollout, rows, cond, t, adv).backward()
+            per_step[t].append(_flat_grad(trainer))
         if progress:
             progress(b + 1, batches)
     cos, sem, norms = [], [], []
@@ -149,3 +161,37 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
         norms.append(float(sum(float(g.norm()) for g in grads) / len(grads)))
     n_params = sum(p.numel() for p in trainer.params)
     return StepSignal(cos, sem, norms, 1.0 / math.sqrt(n_params), batches, images, gms)
+
+
+def window_signal(trainer: Any, window: Window, batches: int = 8, *, first_step: int = 10**6,
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The gradient a training step would take — SDE only inside ``window``, the run's own
+    starting noise (``group_noise``), exploration noise (``noise_block``) and heatmap source —
+    compared across independent batches: the mean pairwise cosine of whole-window gradients.
+
+    :func:`step_signal` asks which steps *can* carry signal; this asks how much signal the
+    configuration as trained actually has, e.g. whether shared starts or block noise help.
+    """
+    if batches < 2:
+        raise ValueError(f"batches must be >= 2, got {batches}")
+    window.check_fits(trainer.config.num_steps)
+    grads, gms = [], []
+    for b in range(batches):
+        rollout, _, kept, adv, gm = _draw_batch(trainer, first_step + b, window, None)
+        gms.append(gm)
+        rows = torch.tensor(kept)
+        cond = select_rows(rollout.conditioning, rows)
+        for p in trainer.params:
+            p.grad = None
+        T = len(rollout.step_indices)
+        for t in range(T):
+            (_step_loss(trainer, rollout, rows, cond, t, adv) / T).backward()
+        grads.append(_flat_grad(trainer))
+        if progress:
+            progress(b + 1, batches)
+    m, se = pairwise_cosine(grads)
+    n_params = sum(p.numel() for p in trainer.params)
+    return {"window": [window.start, window.size], "cosine": m, "cosine_sem": se,
+            "grad_norm": float(sum(float(g.norm()) for g in grads) / len(grads)),
+            "noise_floor": 1.0 / math.sqrt(n_params), "batches": batches,
+            "images_per_batch": trainer.config.prompts_per_step * trainer.config.group_size, "reward_gm": gms}

@@ -20,9 +20,12 @@ import click
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one config key (repeatable).")
 @click.option("--batches", default=8, show_default=True, type=click.IntRange(2, 1000),
               help="Independent batches (each prompts_per_step × group_size images).")
+@click.option("--window-steps", metavar="START:SIZE", callback=lambda ctx, param, value: _window(value),
+              help="Instead of per step: the whole-window gradient of a training step with this window "
+                   "(and the config's group_noise / noise_block), compared across batches.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(file_okay=False), help="Write signal.json and signal.png here.")
-def signal_command(plugin, policy, scorer, projector, config_file, sets, batches, as_json, out):
+def signal_command(plugin, policy, scorer, projector, config_file, sets, batches, window_steps, as_json, out):
     """Per sampling step, the mean pairwise cosine between policy gradients of independent
     batches (SDE exploration on every step). Steps whose noise changes the reward share a
     gradient direction (cosine > 0); the others give noise (cosine ≈ 0)."""
@@ -31,6 +34,9 @@ def signal_command(plugin, policy, scorer, projector, config_file, sets, batches
     from cast_core.trainer import Trainer
 
     cfg = build_config(plugin, policy, scorer, None, None, projector, config_file, sets, None)
+    if window_steps is not None:
+        _window_command(cfg, window_steps, batches, as_json, out)
+        return
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Trainer(cfg, Path(scratch) / "run", log=lambda msg: None)
         done = lambda i, n: click.echo(f"batch {i}/{n}", err=True)  # noqa: E731
@@ -51,6 +57,51 @@ def signal_command(plugin, policy, scorer, projector, config_file, sets, batches
         mark = "  signal" if t in data["signal_steps"] else ""
         click.echo(f"{t:>4}  {c:>+8.4f}  {se:>7.4f}  {g:>8.4f}{mark}")
     click.echo(f"noise floor 1/sqrt(#params) = {result.noise_floor:.4f}; steps with signal: {data['signal_steps'] or 'none'}")
+
+
+def _window(value: str | None):
+    """``"2:2"`` -> ``Window(2, 2)``; a clear usage error otherwise."""
+    from cast_core.types import Window
+
+    if value is None:
+        return None
+    try:
+        start, size = (int(part) for part in value.split(":"))
+        if size < 1:
+            raise ValueError
+        return Window(start, size)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not START:SIZE with integers START >= 0 and SIZE >= 1, e.g. 2:2",
+                                 param_hint="--window-steps") from None
+
+
+def _window_command(cfg, window, batches: int, as_json: bool, out) -> None:
+    from cast_core.gradient_signal import window_signal
+    from cast_core.trainer import Trainer
+
+    try:
+        window.check_fits(cfg.num_steps)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--window-steps") from None
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = Trainer(cfg, Path(scratch) / "run", log=lambda msg: None)
+        done = lambda i, n: click.echo(f"batch {i}/{n}", err=True)  # noqa: E731
+        result = window_signal(trainer, window, batches, progress=done)
+    data = {"policy": cfg.policy, "scorer": cfg.scorer, "projector": cfg.projector, "num_steps": cfg.num_steps,
+            "eta": cfg.eta, "group_noise": cfg.group_noise, "noise_block": cfg.noise_block,
+            "heatmap_source": cfg.heatmap_source, **result}
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "window-signal.json").write_text(json.dumps(data, indent=2))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"{cfg.policy} · {cfg.scorer} · {cfg.projector} · window {window.start}..{window.end - 1} of "
+               f"{cfg.num_steps} · η {cfg.eta:g} · group_noise {cfg.group_noise} · noise_block {cfg.noise_block} · "
+               f"{batches} batches × {result['images_per_batch']} images")
+    c, se = result["cosine"], result["cosine_sem"]
+    verdict = "signal" if c > 3 * max(se, result["noise_floor"]) else "not distinguishable from noise (< 3 s.e.)"
+    click.echo(f"whole-window gradient cosine {c:+.4f} ± {se:.4f}  |grad| {result['grad_norm']:.4f}  → {verdict}")
 
 
 def plot_signal(data: dict, width: int = 520, height: int = 260):
