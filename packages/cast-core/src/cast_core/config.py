@@ -64,7 +64,7 @@ class TrainConfig:
                           "init_same_noise: outcomes then differ only through the window's SDE noise)",
                           choices=("independent", "shared"))
     noise_block: int = _f(1, "SDE noise shared by runs of this many consecutive latent channels (1 = Flow-GRPO's "
-                          "white noise; the shapes recipe uses 16 = one value per patch and colour)", low=1, high=100_000)
+                          "white noise; for the shapes policy 16 = one value per patch and colour)", low=1, high=100_000)
     sample_batch_size: int = _f(0, "images per sampling forward pass; 0 = all at once", low=0, high=100_000)
     # -- advantages ---------------------------------------------------------------------------
     gating: str = _f("soft", "DSG gating of child atoms", choices=("soft", "hard"))

@@ -209,19 +209,14 @@ def sde_step(
         safe_s = torch.where(s > 0, s, torch.ones_like(s))
         coef = torch.where(std_dev_t > 0, std_dev_t**2 / (2 * safe_s), torch.zeros_like(s))
         std = std_dev_t * torch.sqrt(-dt)
-        if noise_block == 1:
-            mean = x + (v + coef * (x + (1 - s) * v)) * dt
-            prev = mean + std * _noise(x.shape, x, generator) if prev_sample is None else prev_sample.float()
-            log_prob = _gaussian_log_prob(prev, mean, std)
-            return SDEStep(prev, log_prob, mean, std, std_dev_t)
-        k = noise_block
+        k = noise_block  # block_mean(·, 1) is the identity: k = 1 is Flow-GRPO's step unchanged
         mean = x + (v + coef * block_mean(x + (1 - s) * v, k)) * dt
-        if prev_sample is None:
-            prev = mean + std * block_mean(_noise(x.shape, x, generator), k)
-        else:
-            prev = prev_sample.float()
-        # the block coordinate sqrt(k)·P(x'-mean) is a unit-variance Gaussian per block
-        log_prob = _gaussian_log_prob(math.sqrt(k) * block_mean(prev.detach(), k), math.sqrt(k) * block_mean(mean, k), std)
+        prev = mean + std * block_mean(_noise(x.shape, x, generator), k) if prev_sample is None else prev_sample.float()
+        if k == 1:
+            log_prob = _gaussian_log_prob(prev, mean, std)
+        else:  # the block coordinate sqrt(k)·P(x'-mean) is a unit-variance Gaussian per block
+            scale = math.sqrt(k)
+            log_prob = _gaussian_log_prob(scale * block_mean(prev.detach(), k), scale * block_mean(mean, k), std)
         return SDEStep(prev, log_prob, mean, std, std_dev_t)
 
     # cps
