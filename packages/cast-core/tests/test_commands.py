@@ -93,3 +93,28 @@ def test_means_follow_soft_tifa():
     assert geometric_mean([0.9, 0.0, 1.0]) == 0.0
     with pytest.raises(ValueError):
         geometric_mean([])
+
+
+def test_eval_baseline_pairs_and_refuses_mismatches(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\ntwo blue squares\na green triangle\n")
+    common = ["eval", "--policy", "fake", "--prompts", str(prompts), "--scorer", "left-brightness",
+              "--decomposer", "fake", "-k", "2", "--steps", "3"]
+    base = tmp_path / "base.json"
+    first = CliRunner().invoke(cli, [*common, "--out", str(base)])
+    assert first.exit_code == 0, first.output
+    again = CliRunner().invoke(cli, [*common, "--baseline", str(base), "--json"])
+    assert again.exit_code == 0, again.output
+    vs = json.loads(again.output)["vs_baseline"]
+    # the same policy, prompts and noise: every paired difference is exactly zero
+    assert vs["gm_difference"]["delta"] == 0.0 and vs["gm_difference"]["z"] == 0.0
+    assert set(vs["skill_differences"]) == set(json.loads(base.read_text())["by_skill"])
+    assert all(d["delta"] == 0.0 for d in vs["skill_differences"].values())
+    text = CliRunner().invoke(cli, [*common, "--baseline", str(base)]).output
+    assert "GM +0.000 ± 0.000 over 3 prompts: not distinguishable" in text
+    other_seed = CliRunner().invoke(cli, [*common, "--seed", "1", "--baseline", str(base)])
+    assert other_seed.exit_code == 2 and "seed 0 there, 1 here" in other_seed.output
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"gm": 0.3, "per_prompt_gm": [0.3, 0.3, 0.3]}))
+    stale = CliRunner().invoke(cli, [*common, "--baseline", str(old)])
+    assert stale.exit_code == 2 and "per_prompt_skill" in stale.output and str(old) in stale.output

@@ -1,5 +1,5 @@
-"""evaluate() (GenEval 2's layout plus per-prompt GMs), paired_difference() and the report's
-paired line."""
+"""evaluate() (GenEval 2's layout plus per-prompt GMs and skills), paired_difference(),
+paired_skill_differences() and the report's paired lines."""
 
 import json
 import math
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from cast_core.aggregate import geometric_mean
-from cast_core.evaluation import evaluate, paired_difference
+from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences
 from cast_core.testing import ConstantScorer, FakeDecomposer, FakePolicy, LeftBrightnessScorer
 
 PROMPTS = ["a red circle", "two blue squares", "a green triangle"]
@@ -23,6 +23,10 @@ def test_evaluate_layout_and_per_prompt_gm():
     again = evaluate(FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3,
                      num_steps=4, batch_size=4)
     assert again == out  # seeded: the same images, so comparisons can be paired
+    # per-prompt skill means weight images equally, so their mean over prompts is the skill AM
+    for skill in ("object", "count"):
+        per_prompt = [row[skill] for row in out["per_prompt_skill"]]
+        assert math.isclose(sum(per_prompt) / 3, out["by_skill"][skill], rel_tol=1e-9)
 
 
 def test_constant_scorer_gives_its_value_everywhere():
@@ -50,15 +54,35 @@ def test_paired_difference_refuses_unpaired_inputs():
         paired_difference({"per_prompt_gm": [0.1, 0.2]}, {"per_prompt_gm": [0.1, 0.2, 0.3]})
 
 
+def test_paired_skill_differences_exact_numbers():
+    before = {"per_prompt_skill": [{"object": 0.5, "position": 0.2}, {"object": 0.7}, {"object": 0.9, "position": 0.4},
+                                   {"count": 0.3}]}
+    after = {"per_prompt_skill": [{"object": 0.6, "position": 0.3}, {"object": 0.7}, {"object": 0.8, "position": 0.6},
+                                  {"count": 0.5}]}
+    d = paired_skill_differences(before, after)
+    assert set(d) == {"object", "position"}  # count is in one prompt only: no standard error
+    assert d["object"]["prompts"] == 3 and d["object"]["delta"] == pytest.approx(0.0, abs=1e-12)
+    # object diffs .1 0 -.1: sd .1, se .1/sqrt(3); position diffs .1 .2: mean .15, sd sqrt(.005), se .05
+    assert d["object"]["se"] == pytest.approx(0.1 / math.sqrt(3))
+    assert d["position"]["delta"] == pytest.approx(0.15) and d["position"]["se"] == pytest.approx(0.05)
+    assert d["position"]["z"] == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="per_prompt_skill"):
+        paired_skill_differences({"per_prompt_gm": [0.1, 0.2]}, after)
+    with pytest.raises(ValueError, match="same prompts"):
+        paired_skill_differences(before, {"per_prompt_skill": after["per_prompt_skill"][:3]})
+
+
 def test_report_shows_the_paired_difference(tmp_path):
     from cast_core.report import write_report
 
     for name, gm in (("base", 0.30), ("trained", 0.27)):
         (tmp_path / f"eval-{name}.json").write_text(json.dumps({"gm": gm, "am": 0.5, "suite": "s"}))
     (tmp_path / "comparison.json").write_text(json.dumps(
-        {"gm_difference": {"delta": -0.03, "se": 0.02, "prompts": 96, "z": -1.5}}))
+        {"gm_difference": {"delta": -0.03, "se": 0.02, "prompts": 96, "z": -1.5},
+         "skill_differences": {"position": {"delta": 0.057, "se": 0.006, "prompts": 72, "z": 9.5}}}))
     html = write_report(tmp_path).read_text()
     assert "-0.030 ± 0.020" in html and "not distinguishable" in html
+    assert "<td>position</td><td>+0.057 ± 0.006</td><td>72</td>" in html and "better than the base" in html
 
 
 def test_paired_verdict_boundaries():

@@ -28,3 +28,27 @@ def test_short_cast_run_on_the_shapes_policy(random_weights, tmp_path):
     assert metrics[0]["ratio_min"] == 1.0 == metrics[0]["ratio_max"]
     assert (run / "checkpoints" / "step-00002" / "adapter" / "pytorch_lora_weights.safetensors").is_file()
     assert (run / "samples" / "step-00002.png").is_file()
+
+
+def test_demo_writes_the_paired_comparison_and_report(tmp_path):
+    """`cast shapes demo`, the main job, on a toy budget: one training step, three held-out prompts."""
+    from click.testing import CliRunner
+
+    from cast_shapes.commands import demo_command
+
+    run = tmp_path / "demo"
+    args = ["--out", str(run), "-k", "2", "--eval-prompts", "3", "--set", "steps=1",
+            "--set", "group_size=2", "--set", "prompts_per_step=1", "--set", "num_steps=4",
+            "--set", 'window="fixed"', "--set", "window_kwargs={start=1, size=2}"]
+    out = CliRunner().invoke(demo_command, args)
+    assert out.exit_code == 0, out.output
+    assert "after 1 steps (2 images)" in out.output  # --set steps=1 wins over the time budget
+    comparison = json.loads((run / "comparison.json").read_text())
+    base, trained = (json.loads((run / f"eval-{n}.json").read_text()) for n in ("base", "trained"))
+    assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 6
+    gm = comparison["gm_difference"]
+    assert gm["prompts"] == 3 and gm["delta"] == pytest.approx(trained["gm"] - base["gm"], abs=1e-12)
+    assert set(comparison["skill_differences"]) <= set(base["by_skill"])
+    assert "paired GM difference" in out.output and "by skill" in out.output
+    html = (run / "report.html").read_text()
+    assert "Paired GM difference" in html and (run / "grid-base.png").is_file() and (run / "grid-trained.png").is_file()

@@ -27,11 +27,13 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
              num_steps: int = 10, seed: int = 0, batch_size: int = 64,
              progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """``{"am", "gm", "by_atom_count": {k: gm}, "by_skill": {skill: am}, "images", "prompts",
-    "per_prompt_gm": [mean GM of each prompt's images, in prompt order]}`` — the last so that two
-    evaluations with the same prompts and seed can be compared pairwise
-    (:func:`paired_difference`)."""
+    "per_prompt_gm": [mean GM of each prompt's images, in prompt order], "per_prompt_skill":
+    [{skill: mean atom score of that prompt's images}, ...]}`` — the last two so that two
+    evaluations with the same prompts and seed can be compared pairwise, overall and skill by
+    skill (:func:`paired_difference`, :func:`paired_skill_differences`)."""
     per_image: list[tuple[int, float, float]] = []
     skills: dict[str, list[float]] = defaultdict(list)
+    prompt_skills: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(images_per_prompt)]
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start:start + batch_size]
@@ -39,11 +41,12 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
         images = sample(policy, [p for _, p in chunk], num_steps=num_steps, generator=gen).images
         graphs = [decomposer.decompose(p) for _, p in chunk]
         scores = scorer.score(images, graphs).scores
-        for graph, s in zip(graphs, scores):
+        for (i, _), graph, s in zip(chunk, graphs, scores):
             row = [float(x) for x in s]
             per_image.append((len(graph.atoms), geometric_mean(row), arithmetic_mean(row)))
             for atom, x in zip(graph.atoms, row):
                 skills[skill_of(atom)].append(x)
+                prompt_skills[i][skill_of(atom)].append(x)
         if progress:
             progress(min(start + batch_size, len(jobs)), len(jobs))
     by_prompt: dict[int, list[float]] = defaultdict(list)
@@ -61,6 +64,7 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
         "images": len(per_image),
         "prompts": len(prompts),
         "per_prompt_gm": [mean(by_prompt[i]) for i in range(len(prompts))],
+        "per_prompt_skill": [{k: mean(v) for k, v in sorted(prompt_skills[i].items())} for i in range(len(prompts))],
     }
 
 
@@ -77,7 +81,30 @@ def paired_difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str
         raise ValueError("paired_difference needs evaluate() results with per_prompt_gm (re-run the evaluation)")
     if len(a) != len(b) or len(a) < 2:
         raise ValueError(f"paired_difference needs the same >= 2 prompts on both sides, got {len(a)} and {len(b)}")
-    diffs = [y - x for x, y in zip(a, b)]
+    return _paired([y - x for x, y in zip(a, b)])
+
+
+def paired_skill_differences(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per skill, the mean atom score of ``after`` minus ``before`` over the prompts that have
+    atoms of that skill, with its standard error over those prompts (as :func:`paired_difference`).
+
+    Why: a GM that does not move can hide a skill that does (RL on the shapes world raises
+    position long before GM), and a GM gain can come from one skill alone; skills present in
+    fewer than two prompts are left out. ``{skill: {"delta", "se", "prompts", "z"}}``."""
+    a, b = before.get("per_prompt_skill"), after.get("per_prompt_skill")
+    if a is None or b is None:
+        raise ValueError("paired_skill_differences needs evaluate() results with per_prompt_skill "
+                         "(older result files lack it; re-run the evaluation)")
+    if len(a) != len(b):
+        raise ValueError(f"paired_skill_differences needs the same prompts on both sides, got {len(a)} and {len(b)}")
+    diffs: dict[str, list[float]] = defaultdict(list)
+    for x, y in zip(a, b):
+        for skill in x.keys() & y.keys():
+            diffs[skill].append(y[skill] - x[skill])
+    return {k: _paired(v) for k, v in sorted(diffs.items()) if len(v) >= 2}
+
+
+def _paired(diffs: list[float]) -> dict[str, float]:
     n = len(diffs)
     delta = sum(diffs) / n
     se = (sum((d - delta) ** 2 for d in diffs) / (n - 1) / n) ** 0.5
@@ -95,6 +122,12 @@ def paired_verdict(z: float) -> str:
     if z <= -2:
         return "worse than the base"
     return "not distinguishable from the base (|z| < 2)"
+
+
+def difference_line(label: str, d: dict[str, float]) -> str:
+    """One line for a paired difference, the same wording in `cast eval --baseline`, the demo
+    and its report: ``"position +0.057 ± 0.006 over 72 prompts: better than the base"``."""
+    return f"{label} {d['delta']:+.3f} ± {d['se']:.3f} over {d['prompts']} prompts: {paired_verdict(d['z'])}"
 
 
 def verdict_grid(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,

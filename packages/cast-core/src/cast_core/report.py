@@ -67,6 +67,14 @@ def _eval_table(evals: dict[str, dict]) -> str:
     return f"<table><tr><th></th>{head}</tr>{body}</table>"
 
 
+def _skill_table(diffs: dict) -> str:
+    from cast_core.evaluation import paired_verdict
+
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{d['delta']:+.3f} ± {d['se']:.3f}</td><td>{d['prompts']}</td>"
+                   f"<td>{d['z']:.1f}</td><td style='text-align:left'>{paired_verdict(d['z'])}</td></tr>" for k, d in diffs.items())
+    return f"<table><tr><th>skill</th><th>difference</th><th>prompts</th><th>z</th><th>verdict</th></tr>{rows}</table>"
+
+
 def write_report(run_dir: str | Path) -> Path:
     """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json and grid PNGs."""
     run = Path(run_dir)
@@ -82,10 +90,14 @@ def write_report(run_dir: str | Path) -> Path:
         if (run / "comparison.json").exists():
             from cast_core.evaluation import paired_verdict
 
-            d = json.loads((run / "comparison.json").read_text())["gm_difference"]
+            comparison = json.loads((run / "comparison.json").read_text())
+            d = comparison["gm_difference"]
             verdict = paired_verdict(d["z"])
             parts.append(f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
                          f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts, z = {d['z']:.1f}): {verdict}.</p>")
+            if comparison.get("skill_differences"):
+                parts.append("<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
+                             + _skill_table(comparison["skill_differences"]))
     grids = sorted(run.glob("grid-*.png"))
     if grids:
         parts.append("<h2>Before / after (same prompts, same seeds; + pass, − fail per atom)</h2>")

@@ -103,8 +103,10 @@ def pretrain_command(workdir, steps, threads, export_path, init_weights, lr, dec
 @click.option("--minutes", default=6.0, show_default=True, help="Training time budget.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory (default: runs/demo-<time>).")
 @click.option("--images-per-prompt", "-k", default=4, show_default=True, help="Eval images per held-out prompt.")
+@click.option("--eval-prompts", type=click.IntRange(2, None),
+              help="Evaluate on the first N held-out hard prompts only (default: all 96); for a quick look.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a training config key.")
-def demo_command(minutes, out, images_per_prompt, sets):
+def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     """The main job: CAST-train the shapes policy for a few minutes, evaluate base vs trained on
     the held-out hard prompts, and write report.html in the run directory."""
     import json
@@ -113,19 +115,21 @@ def demo_command(minutes, out, images_per_prompt, sets):
 
     from cast_core.checkpoints import latest_checkpoint
     from cast_core.commands.train import build_config
-    from cast_core.evaluation import evaluate, paired_difference, paired_verdict, verdict_grid
+    from cast_core.evaluation import (difference_line, evaluate, paired_difference, paired_skill_differences,
+                                      paired_verdict, verdict_grid)
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
     from cast_core.report import write_report
     from cast_core.trainer import Trainer
     from cast_shapes.suites import suite
 
     run = Path(out) if out else Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
-    cfg = build_config("shapes", None, None, None, None, None, None, [f"max_minutes={minutes}", *sets], 100_000)
+    # the time budget ends the run, not a step count, unless --set steps=N asks for one
+    cfg = build_config("shapes", None, None, None, None, None, None, [f"max_minutes={minutes}", "steps=100000", *sets], None)
     click.echo(f"[1/3] training CAST on the shapes world for {minutes:g} min -> {run}")
     trainer = Trainer(cfg, run)
     trainer.run()
     adapter = latest_checkpoint(run) / "adapter"
-    prompts = suite("heldout-hard")
+    prompts = suite("heldout-hard")[:eval_prompts]
     judge, dec = get_atom_scorer("shapes-oracle"), get_atom_decomposer("template")
     results = {}
     for i, (name, adapter_dir) in enumerate((("base", None), ("trained", adapter)), 2):
@@ -138,14 +142,15 @@ def demo_command(minutes, out, images_per_prompt, sets):
         (run / f"eval-{name}.json").write_text(json.dumps(results[name], indent=2))
         verdict_grid(policy, prompts[:6], judge, dec, images_per_prompt=6, num_steps=cfg.num_steps).save(run / f"grid-{name}.png")
     b, t = results["base"], results["trained"]
-    diff = paired_difference(b, t)
+    diff, by_skill = paired_difference(b, t), paired_skill_differences(b, t)
     (run / "comparison.json").write_text(json.dumps({"base": "eval-base.json", "trained": "eval-trained.json",
-                                                     "gm_difference": diff}, indent=2))
+                                                     "gm_difference": diff, "skill_differences": by_skill}, indent=2))
     report = write_report(run)
     click.echo(f"held-out hard prompts: GM {b['gm']:.3f} -> {t['gm']:.3f}, AM {b['am']:.3f} -> {t['am']:.3f} "
                f"after {trainer.step} steps ({trainer.counters['images_sampled']} images)")
     click.echo(f"paired GM difference {diff['delta']:+.3f} ± {diff['se']:.3f} (standard error over {diff['prompts']} "
                f"prompts, same noise for both): {paired_verdict(diff['z'])}")
+    click.echo("by skill (mean atom score, paired): " + "; ".join(difference_line(k, d) for k, d in by_skill.items()))
     click.echo(f"report: {report}")
 
 

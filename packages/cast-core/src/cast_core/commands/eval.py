@@ -20,7 +20,11 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 @click.option("--grid", type=click.Path(dir_okay=False), help="Also draw the first prompts' images with verdicts here.")
-def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, scorer, decomposer, as_json, out, grid):
+@click.option("--baseline", type=click.Path(dir_okay=False, exists=True),
+              help="A previous `cast eval --out` JSON (same prompts, seed, steps, K): report the paired "
+                   "difference to it, overall (GM) and per skill.")
+def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, scorer, decomposer, as_json, out, grid,
+                 baseline):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
     from cast_core.commands.inputs import read_prompt_file
@@ -30,6 +34,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     if bool(suite) == bool(prompt_file):
         raise click.UsageError("give exactly one of --suite or --prompts")
     prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
+    base = _read_baseline(baseline, len(prompts), seed, steps, images_per_prompt) if baseline else None
     pol = get_policy(policy)
     if adapter:
         pol.load_adapter(adapter)
@@ -40,6 +45,11 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
 
         verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed).save(grid)
     result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file, "steps": steps, "seed": seed})
+    if base is not None:
+        from cast_core.evaluation import paired_difference, paired_skill_differences
+
+        result["vs_baseline"] = {"file": baseline, "gm_difference": paired_difference(base, result),
+                                 "skill_differences": paired_skill_differences(base, result)}
     if out:
         with open(out, "w") as f:
             json.dump(result, f, indent=2)
@@ -50,3 +60,34 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
                f"GM {result['gm']:.3f}  AM {result['am']:.3f}  ({result['images']} images)")
     click.echo("  by atom count (GM): " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_atom_count"].items()))
     click.echo("  by skill (AM):      " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_skill"].items()))
+    if base is not None:
+        from cast_core.evaluation import difference_line
+
+        vs = result["vs_baseline"]
+        click.echo(f"paired difference to {baseline} (same prompts and noise):")
+        click.echo("  " + difference_line("GM", vs["gm_difference"]))
+        for skill, d in vs["skill_differences"].items():
+            click.echo("  " + difference_line(skill, d))
+
+
+def _read_baseline(path: str, n_prompts: int, seed: int, steps: int, k: int) -> dict:
+    """The baseline JSON, refused early (before any sampling) unless it can be paired with this
+    evaluation: a comparison with other prompts or other starting noise has no paired error."""
+    try:
+        with open(path) as f:
+            base = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise click.BadParameter(f"{path} is not a readable JSON file ({e}); pass a file written by `cast eval --out`",
+                                 param_hint="--baseline") from None
+    if not isinstance(base, dict) or "per_prompt_skill" not in base or "per_prompt_gm" not in base:
+        raise click.BadParameter(f"{path} has no per_prompt_gm/per_prompt_skill; re-run its evaluation with "
+                                 "`cast eval ... --out FILE` from this version of cast", param_hint="--baseline")
+    problems = [f"{name} {base.get(key)!r} there, {ours!r} here"
+                for name, key, ours in (("prompts", "prompts", n_prompts), ("seed", "seed", seed), ("steps", "steps", steps))
+                if base.get(key) != ours]
+    if base.get("images") != n_prompts * k:
+        problems.append(f"{base.get('images')!r} images there, {n_prompts * k} here (--images-per-prompt {k})")
+    if problems:
+        raise click.BadParameter(f"{path} cannot be paired with this evaluation: {'; '.join(problems)}. "
+                                 "Evaluate with the baseline's suite, --seed, --steps and -k.", param_hint="--baseline")
+    return base
