@@ -114,6 +114,10 @@ def test_eval_baseline_pairs_and_refuses_mismatches(tmp_path):
     assert "GM +0.000 ± 0.000 over 3 prompts: not distinguishable" in text
     other_seed = CliRunner().invoke(cli, [*common, "--seed", "1", "--baseline", str(base)])
     assert other_seed.exit_code == 2 and "seed 0 there, 1 here" in other_seed.output
+    other = tmp_path / "other.txt"
+    other.write_text("a red circle\ntwo blue squares\na green square\n")
+    other_prompts = CliRunner().invoke(cli, [*common[:4], str(other), *common[5:], "--baseline", str(base)])
+    assert other_prompts.exit_code == 2 and "other prompts" in other_prompts.output
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"gm": 0.3, "per_prompt_gm": [0.3, 0.3, 0.3]}))
     stale = CliRunner().invoke(cli, [*common, "--baseline", str(old)])

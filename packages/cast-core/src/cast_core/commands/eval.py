@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import click
@@ -34,7 +35,8 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     if bool(suite) == bool(prompt_file):
         raise click.UsageError("give exactly one of --suite or --prompts")
     prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
-    base = _read_baseline(baseline, len(prompts), seed, steps, images_per_prompt) if baseline else None
+    digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
+    base = _read_baseline(baseline, len(prompts), digest, seed, steps, images_per_prompt) if baseline else None
     pol = get_policy(policy)
     if adapter:
         pol.load_adapter(adapter)
@@ -44,7 +46,8 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
         from cast_core.evaluation import verdict_grid
 
         verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed).save(grid)
-    result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file, "steps": steps, "seed": seed})
+    result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file, "steps": steps, "seed": seed,
+                   "prompts_digest": digest})
     if base is not None:
         from cast_core.evaluation import paired_difference, paired_skill_differences
 
@@ -70,7 +73,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
             click.echo("  " + difference_line(skill, d))
 
 
-def _read_baseline(path: str, n_prompts: int, seed: int, steps: int, k: int) -> dict:
+def _read_baseline(path: str, n_prompts: int, digest: str, seed: int, steps: int, k: int) -> dict:
     """The baseline JSON, refused early (before any sampling) unless it can be paired with this
     evaluation: a comparison with other prompts or other starting noise has no paired error."""
     try:
@@ -85,6 +88,8 @@ def _read_baseline(path: str, n_prompts: int, seed: int, steps: int, k: int) -> 
     problems = [f"{name} {base.get(key)!r} there, {ours!r} here"
                 for name, key, ours in (("prompts", "prompts", n_prompts), ("seed", "seed", seed), ("steps", "steps", steps))
                 if base.get(key) != ours]
+    if base.get("prompts") == n_prompts and base.get("prompts_digest", digest) != digest:
+        problems.append("other prompts (prompts_digest differs)")
     if base.get("images") != n_prompts * k:
         problems.append(f"{base.get('images')!r} images there, {n_prompts * k} here (--images-per-prompt {k})")
     if problems:
