@@ -105,7 +105,8 @@ def test_eval_baseline_pairs_and_refuses_mismatches(tmp_path):
     assert first.exit_code == 0, first.output
     again = CliRunner().invoke(cli, [*common, "--baseline", str(base), "--json"])
     assert again.exit_code == 0, again.output
-    vs = json.loads(again.output)["vs_baseline"]
+    vs = json.loads(again.stdout)["vs_baseline"]
+    assert "sampling and scoring" in again.stderr  # the progress bar, off stdout so --json parses
     # the same policy, prompts and noise: every paired difference is exactly zero
     assert vs["gm_difference"]["delta"] == 0.0 and vs["gm_difference"]["z"] == 0.0
     assert set(vs["skill_differences"]) == set(json.loads(base.read_text())["by_skill"])

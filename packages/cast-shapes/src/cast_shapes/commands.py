@@ -114,6 +114,7 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     from pathlib import Path
 
     from cast_core.checkpoints import latest_checkpoint
+    from cast_core.commands.progress import progress_bar
     from cast_core.commands.train import build_config
     from cast_core.evaluation import (difference_line, evaluate, paired_difference, paired_skill_differences,
                                       paired_verdict, verdict_grid)
@@ -137,8 +138,10 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
         policy = get_policy("shapes")
         if adapter_dir:
             policy.load_adapter(adapter_dir)
-        results[name] = evaluate(policy, prompts, judge, dec, images_per_prompt=images_per_prompt,
-                                 num_steps=cfg.num_steps) | {"suite": "heldout-hard", "adapter": str(adapter_dir or "")}
+        with progress_bar(f"{name}", len(prompts) * images_per_prompt) as progress:
+            results[name] = evaluate(policy, prompts, judge, dec, images_per_prompt=images_per_prompt,
+                                     num_steps=cfg.num_steps, progress=progress)
+        results[name] |= {"suite": "heldout-hard", "adapter": str(adapter_dir or "")}
         (run / f"eval-{name}.json").write_text(json.dumps(results[name], indent=2))
         verdict_grid(policy, prompts[:6], judge, dec, images_per_prompt=6, num_steps=cfg.num_steps).save(run / f"grid-{name}.png")
     b, t = results["base"], results["trained"]

@@ -41,7 +41,11 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     if adapter:
         pol.load_adapter(adapter)
     judge, dec = get_atom_scorer(scorer), get_atom_decomposer(decomposer)
-    result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed)
+    from cast_core.commands.progress import progress_bar
+
+    with progress_bar("sampling and scoring", len(prompts) * images_per_prompt) as progress:
+        result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed,
+                          progress=progress)
     if grid:
         from cast_core.evaluation import verdict_grid
 
