@@ -126,7 +126,7 @@ def paired_verdict(z: float) -> str:
 
 def difference_line(label: str, d: dict[str, float]) -> str:
     """One line for a paired difference, the same wording in `cast eval --baseline`, the demo
-    and its report: ``"position +0.057 ± 0.006 over 72 prompts: better than the base"``."""
+    and its report: ``"<label> <delta> ± <se> over <n> prompts: <verdict>"``."""
     return f"{label} {d['delta']:+.3f} ± {d['se']:.3f} over {d['prompts']} prompts: {paired_verdict(d['z'])}"
 
 

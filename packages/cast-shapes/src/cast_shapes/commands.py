@@ -138,7 +138,7 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
         policy = get_policy("shapes")
         if adapter_dir:
             policy.load_adapter(adapter_dir)
-        with progress_bar(f"{name}", len(prompts) * images_per_prompt) as progress:
+        with progress_bar(f"{name}: images sampled and scored", len(prompts) * images_per_prompt) as progress:
             results[name] = evaluate(policy, prompts, judge, dec, images_per_prompt=images_per_prompt,
                                      num_steps=cfg.num_steps, progress=progress)
         results[name] |= {"suite": "heldout-hard", "adapter": str(adapter_dir or "")}
@@ -153,7 +153,9 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
                f"after {trainer.step} steps ({trainer.counters['images_sampled']} images)")
     click.echo(f"paired GM difference {diff['delta']:+.3f} ± {diff['se']:.3f} (standard error over {diff['prompts']} "
                f"prompts, same noise for both): {paired_verdict(diff['z'])}")
-    click.echo("by skill (mean atom score, paired): " + "; ".join(difference_line(k, d) for k, d in by_skill.items()))
+    click.echo("by skill (mean atom score, trained - base, paired):")
+    for skill, d in by_skill.items():
+        click.echo("  " + difference_line(skill, d))
     click.echo(f"report: {report}")
 
 
