@@ -263,3 +263,18 @@ def test_accepts_any_float_dtype_and_checks_its_inputs():
         scorer.score(img, [g, g])
     with pytest.raises(ValueError, match=r"\[B, 3, H, W\]"):
         scorer.score(img[0], [g])
+
+
+def test_surplus_count_maps_cover_only_the_extra_objects():
+    layout = tuple(Placed("circle", "red", x, 16.0, 6, 0) for x in (5.0, 16.0, 27.0))
+    img = torch.from_numpy(render_float(layout))[None]
+    g = graph_for_prompt("a red circle")
+    every = ShapesOracleScorer().score(img, [g], heatmaps=True)
+    surplus = ShapesOracleScorer(count_maps="surplus").score(img, [g], heatmaps=True)
+    assert torch.equal(every.scores[0], surplus.scores[0])
+    count_all, count_surplus = every.heatmaps[0][1], surplus.heatmaps[0][1]
+    assert bool((count_surplus <= count_all).all())  # a subset of the objects...
+    assert float(count_surplus.sum()) == pytest.approx(float(count_all.sum()) * 2 / 3, rel=0.05)  # ...two of the three
+    assert torch.equal(every.heatmaps[0][0], surplus.heatmaps[0][0])
+    with pytest.raises(ValueError, match="count_maps"):
+        ShapesOracleScorer(count_maps="extra")

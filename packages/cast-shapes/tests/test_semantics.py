@@ -101,3 +101,21 @@ def test_count_points_at_the_objects_unless_some_are_missing():
     members = [evaluate(g, [det("square", "red", 4 * i) for i in range(n)])[1].members for n in range(6)]
     # too few: the missing square is nowhere to point at (flat map); enough or too many: the squares
     assert members == [None, None, None, (0, 1, 2), (0, 1, 2, 3), (0, 1, 2, 3, 4)]
+
+
+def test_surplus_count_maps_point_at_the_extra_objects_only():
+    g = graph_for_prompt("two squares")
+    weak = Detection("square", "red", 30.0, 10.0, {**{s: 0.0 for s in SHAPES}, "square": 0.6})
+    dets = [det("square", "red", 2), weak, det("square", "red", 14), det("square", "red", 20)]
+    every = evaluate(g, dets)
+    surplus = evaluate(g, dets, count_maps="surplus")
+    assert [r.score for r in surplus] == [r.score for r in every]  # scores never change
+    assert every[1].members == (0, 1, 2, 3)
+    # two surplus squares: the least evidence first (index 1), then the latest of the exact ones
+    assert surplus[1].members == (1, 3)
+    assert surplus[0].members == every[0].members  # other atoms keep their maps
+    exact = evaluate(g, dets[:1] + dets[2:3], count_maps="surplus")
+    assert exact[1].members == (0, 1)  # no surplus: the count atom is about its objects
+    assert evaluate(g, dets[:1], count_maps="surplus")[1].members is None  # too few: flat, as before
+    with pytest.raises(ValueError, match="count_maps"):
+        evaluate(g, dets, count_maps="some")

@@ -29,7 +29,19 @@ from cast_shapes.semantics import AtomResult, Detection, evaluate
 
 class ShapesOracleScorer:
     """Scores shapes-world images atom by atom. Stateless and deterministic; CPU numpy inside,
-    so images may live on any device (results come back on the images' device)."""
+    so images may live on any device (results come back on the images' device).
+
+    ``count_maps="surplus"`` points a count atom with too many objects at the surplus ones only
+    (:func:`cast_shapes.semantics.evaluate`); scores are the same either way."""
+
+    def __init__(self, count_maps: str = "all"):
+        from cast_core.config import ConfigError  # a CastError: the CLI prints one line, no traceback
+        from cast_shapes.semantics import COUNT_MAPS
+
+        if count_maps not in COUNT_MAPS:
+            raise ConfigError(f"shapes-oracle: count_maps must be one of {COUNT_MAPS}, got {count_maps!r} "
+                             "(set it with scorer_kwargs={count_maps=\"surplus\"})")
+        self.count_maps = count_maps
 
     def detect(self, images: torch.Tensor) -> list[list[Detection]]:
         """The objects found in each image (shape, colour, box centre, mask)."""
@@ -44,7 +56,7 @@ class ShapesOracleScorer:
         detections = self.detect(images)
         scores, maps = [], []
         for graph, dets in zip(graphs, detections):
-            results = evaluate(graph, dets, (h, w))
+            results = evaluate(graph, dets, (h, w), count_maps=self.count_maps)
             scores.append(
                 torch.tensor([min(max(r.score, 0.0), 1.0) for r in results], dtype=torch.float32, device=images.device)
             )

@@ -139,10 +139,22 @@ def _colour_filter(eid: str, nouns: Mapping[str, str], colours: Mapping[str, str
     return lambda colour: colour not in claimed
 
 
+COUNT_MAPS = ("all", "surplus")
+
+
 def evaluate(
-    graph: SceneGraph, detections: Sequence[Detection], image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE)
+    graph: SceneGraph, detections: Sequence[Detection], image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
+    count_maps: str = "all",
 ) -> list[AtomResult]:
-    """Score every atom of ``graph`` against ``detections`` (aligned with ``graph.atoms``)."""
+    """Score every atom of ``graph`` against ``detections`` (aligned with ``graph.atoms``).
+
+    ``count_maps`` only changes what a ``count`` atom with too many objects points at: all of the
+    entity's objects (``"all"``, the default) or only the ``n - k`` surplus ones, those with the
+    least evidence for the noun, later detections first on ties (``"surplus"``). Why: with
+    ``"all"`` the count atom's blame lands on the correct objects too, where the object and
+    relation atoms put their credit, and RL learns to over-draw (docs/shapes-rl.md)."""
+    if count_maps not in COUNT_MAPS:
+        raise ValueError(f"count_maps must be one of {COUNT_MAPS}, got {count_maps!r}")
     h, w = image_size
     pool = pools(graph, detections)
     colours = entity_colours(graph)
@@ -162,7 +174,11 @@ def evaluate(
             target = a.value if isinstance(a.value, int) else 0
             # too few: what is wrong is an object that is *not* there, so the judge has nowhere
             # to point — the drawn objects are right, and blaming them teaches under-drawing
-            out.append(AtomResult(math.exp(-abs(len(members) - target)), flat if len(members) >= target else None))
+            about = flat if len(members) >= target else None
+            if count_maps == "surplus" and len(members) > target:
+                by_evidence = sorted(members, key=lambda i: (detections[i].shape_evidence.get(nouns[a.entity], 0.0), -i))
+                about = tuple(sorted(by_evidence[:len(members) - target]))
+            out.append(AtomResult(math.exp(-abs(len(members) - target)), about))
         elif a.kind == "attribute":
             colour = a.value.strip().lower() if isinstance(a.value, str) else None
             if colour not in PALETTE or not members:
