@@ -24,7 +24,7 @@ from cast_core.scene_graph import SceneGraph
 from cast_core.types import AtomScores
 
 from cast_shapes.perception import detect
-from cast_shapes.semantics import AtomResult, Detection, evaluate
+from cast_shapes.semantics import COUNT_MAPS, AtomResult, Detection, evaluate
 
 
 class ShapesOracleScorer:
@@ -36,7 +36,6 @@ class ShapesOracleScorer:
 
     def __init__(self, count_maps: str = "all"):
         from cast_core.config import ConfigError  # a CastError: the CLI prints one line, no traceback
-        from cast_shapes.semantics import COUNT_MAPS
 
         if count_maps not in COUNT_MAPS:
             raise ConfigError(f"shapes-oracle: count_maps must be one of {COUNT_MAPS}, got {count_maps!r} "

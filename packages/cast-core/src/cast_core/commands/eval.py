@@ -29,7 +29,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
     from cast_core.commands.inputs import read_prompt_file
-    from cast_core.evaluation import evaluate
+    from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
     if bool(suite) == bool(prompt_file):
@@ -53,8 +53,6 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file, "steps": steps, "seed": seed,
                    "prompts_digest": digest})
     if base is not None:
-        from cast_core.evaluation import paired_difference, paired_skill_differences
-
         result["vs_baseline"] = {"file": baseline, "gm_difference": paired_difference(base, result),
                                  "skill_differences": paired_skill_differences(base, result)}
     if out:
@@ -68,8 +66,6 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     click.echo("  by atom count (GM): " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_atom_count"].items()))
     click.echo("  by skill (AM):      " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_skill"].items()))
     if base is not None:
-        from cast_core.evaluation import difference_line
-
         vs = result["vs_baseline"]
         click.echo(f"paired difference to {baseline} (same prompts and noise):")
         click.echo("  " + difference_line("GM", vs["gm_difference"]))
