@@ -4,6 +4,9 @@
    target ratio <= ~1.05.
 2. A CAST training step vs a Flow-GRPO-recipe step on the same policy, prompts, window and
    budget: target ratio <= ~1.10.
+3. A CAST training step with ``precision = "bf16"`` (autocast) vs float32, the shapes recipe's
+   own batch (32 images, window 2-3 of 10): no target; the speed-up is what bf16 buys on this
+   machine's CPU (it needs avx512_bf16 or AMX to pay off).
 
 Run: `python benchmarks/overhead.py [--repeats N] [--json FILE]` (after `make install`).
 Timings are medians over repeats, interleaved so that machine load hits both sides alike.
@@ -27,6 +30,18 @@ def timed(fn, repeats: int) -> list[float]:
         fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def median_step_times(trainers: dict, repeats: int) -> dict[str, float]:
+    """Median seconds per ``train_step`` of each trainer, interleaved, after one warm-up step
+    each (decomposition cache, first-call overheads)."""
+    for t in trainers.values():
+        t.train_step()
+    times: dict[str, list[float]] = {k: [] for k in trainers}
+    for _ in range(repeats):
+        for name, t in trainers.items():
+            times[name] += timed(t.train_step, 1)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def sampling(repeats: int, batch: int, steps: int) -> dict:
@@ -57,14 +72,22 @@ def train_steps(repeats: int) -> dict:
         projector = "scalar" if name == "flow-grpo" else "spatial"
         cfg = build_config("shapes", None, None, None, None, projector, None, common + extra, 1000)
         trainers[name] = Trainer(cfg, tempfile.mkdtemp(prefix=f"bench-{name}-"), log=lambda m: None)
-    for t in trainers.values():  # warm-up (decomposition cache, first-call overheads)
-        t.train_step()
-    times: dict[str, list[float]] = {k: [] for k in trainers}
-    for _ in range(repeats):
-        for name, t in trainers.items():
-            times[name] += timed(t.train_step, 1)
-    f, c = statistics.median(times["flow-grpo"]), statistics.median(times["cast"])
+    times = median_step_times(trainers, repeats)
+    f, c = times["flow-grpo"], times["cast"]
     return {"flow_grpo_step_s": f, "cast_step_s": c, "ratio": c / f, "target": 1.10}
+
+
+def precision_steps(repeats: int) -> dict:
+    from cast_core.commands.train import build_config
+    from cast_core.trainer import Trainer
+
+    common = ["window=\"fixed\"", "window_kwargs={start=2, size=2}", "sample_every=0", "checkpoint_every=1000000"]
+    trainers = {p: Trainer(build_config("shapes", None, None, None, None, None, None, common + [f"precision=\"{p}\""], 1000),
+                           tempfile.mkdtemp(prefix=f"bench-{p}-"), log=lambda m: None) for p in ("no", "bf16")}
+    times = median_step_times(trainers, repeats)
+    f, b = times["no"], times["bf16"]
+    images = trainers["no"].config.prompts_per_step * trainers["no"].config.group_size
+    return {"images_per_step": images, "float32_step_s": f, "bf16_step_s": b, "speedup": f / b}
 
 
 def main() -> None:
@@ -78,9 +101,12 @@ def main() -> None:
     t = train_steps(a.repeats)
     print(f"training step (16 images, 3 window steps): flow-grpo {t['flow_grpo_step_s']:.3f} s, "
           f"cast {t['cast_step_s']:.3f} s, ratio {t['ratio']:.3f} (target <= {t['target']})")
+    p = precision_steps(a.repeats)
+    print(f"shapes training step ({p['images_per_step']} images, window 2-3 of 10): float32 {p['float32_step_s']:.3f} s, "
+          f"bf16 autocast {p['bf16_step_s']:.3f} s, speed-up {p['speedup']:.2f}x")
     if a.json_path:
         with open(a.json_path, "w") as f:
-            json.dump({"sampling": s, "train_step": t}, f, indent=2)
+            json.dump({"sampling": s, "train_step": t, "precision": p}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -347,3 +347,40 @@ def test_block_noise_trains_on_policy_and_explores_block_constant_moves(tmp_path
     assert all(r["ratio_min"] == 1.0 and r["ratio_max"] == 1.0 for r in m)
     first, last = np.mean([r["reward_gm"] for r in m[:3]]), np.mean([r["reward_gm"] for r in m[-3:]])
     assert last > first + 0.05, (first, last)
+
+
+def test_progress_projects_the_step_a_time_budget_ends_at(monkeypatch):
+    """A budgeted run shows the step it will stop at, not its huge step cap."""
+    from cast_core import trainer as trainer_mod
+
+    now = [100.0]
+    monkeypatch.setattr(trainer_mod.time, "monotonic", lambda: now[0])
+    lines: list[str] = []
+    progress = trainer_mod._Progress(100000, 0, lines.append, minutes=1.0)
+    progress.tty = False
+    now[0] += 6.0  # two steps took 6 s; 54 s of the budget are left: 18 more steps
+    assert progress.expected_total(2) == 20
+    progress.update(2, {"reward_gm": 0.5, "reward_am": 0.6, "loss": 0.1, "images_per_s": 1.0})
+    assert lines[-1].startswith("step 2/20 ") and lines[-1].endswith(" 0.1/1 min")
+    now[0] += 55.0  # past the budget: the current step is the last
+    assert progress.expected_total(3) == 3
+    assert trainer_mod._Progress(50, 0, lines.append, minutes=1.0).expected_total(0) == 50
+    assert trainer_mod._Progress(50, 0, lines.append).expected_total(10) == 50  # no budget: the step cap
+
+
+def test_bf16_precision_autocasts_sampling_and_update_and_stays_on_policy(tmp_path):
+    """``precision = "bf16"`` used to reach accelerate only and change nothing: the policy ran in
+    float32. Now sampling and the update's forward both autocast, so the rollout moves (a little)
+    and the first pass still recomputes the sampled log-probs exactly."""
+    from cast_core import Window
+
+    rollouts = {}
+    for precision in ("no", "bf16"):
+        trainer = Trainer(fake_config(precision=precision), tmp_path / precision, log=quiet)
+        rollouts[precision] = trainer.rollout(PROMPTS[:2], Window(0, 3), torch.Generator().manual_seed(0)).log_probs
+    assert not torch.equal(rollouts["no"], rollouts["bf16"])
+    assert torch.allclose(rollouts["no"], rollouts["bf16"], rtol=0.05, atol=0.5)
+    run = tmp_path / "run"
+    Trainer(fake_config(steps=2, inner_epochs=1, precision="bf16"), run, log=quiet).run()
+    for r in metrics(run):
+        assert r["ratio_min"] == 1.0 and r["ratio_max"] == 1.0 and r["approx_kl"] == 0.0

@@ -34,6 +34,7 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     """`cast shapes demo`, the main job, on a toy budget: one training step, three held-out prompts."""
     from click.testing import CliRunner
 
+    from cast_core.precision import bf16_is_fast
     from cast_shapes.commands import demo_command
 
     run = tmp_path / "demo"
@@ -43,6 +44,7 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     out = CliRunner().invoke(demo_command, args)
     assert out.exit_code == 0, out.output
     assert "after 1 steps (2 images)" in out.output  # --set steps=1 wins over the time budget
+    assert ("(bf16 autocast)" if bf16_is_fast("cpu") else "(float32)") in out.output
     comparison = json.loads((run / "comparison.json").read_text())
     base, trained = (json.loads((run / f"eval-{n}.json").read_text()) for n in ("base", "trained"))
     assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 6

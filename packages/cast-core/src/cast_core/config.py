@@ -93,7 +93,7 @@ class TrainConfig:
     steps: int = _f(100, "training steps", low=1, high=10_000_000)
     max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)
     seed: int = _f(0, "seed of every random choice (prompts, noise, windows)", low=0, high=2**63 - 1)
-    precision: str = _f("no", "accelerate mixed precision", choices=("no", "bf16", "fp16"))
+    precision: str = _f("no", "bf16 = autocast the policy's forward passes (sampling and update); weights, optimizer and SDE maths stay float32", choices=("no", "bf16"))
     cpu: bool = _f(False, "force CPU even when an accelerator is present")
     log_every: int = _f(1, "write metrics every N steps", low=1, high=1_000_000)
     sample_every: int = _f(10, "write a sample grid every N steps; 0 = never", low=0, high=1_000_000)

@@ -36,6 +36,7 @@ from cast_core.checkpoints import latest_checkpoint, load_checkpoint, save_check
 from cast_core.config import ConfigError, TrainConfig, dump_toml
 from cast_core.errors import CastError
 from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
+from cast_core.precision import autocast
 from cast_core.registry import get_advantage_projector, get_atom_decomposer, get_atom_scorer, get_policy, get_window_selector, lookup
 from cast_core.sampling import concat_rollouts, sample, select_rows
 from cast_core.sde import reduce_per_position, sde_step
@@ -115,7 +116,8 @@ class Trainer:
 
         from accelerate import Accelerator  # imported here: `cast --help` must stay light
 
-        self.accelerator = Accelerator(cpu=cfg.cpu, mixed_precision=cfg.precision)
+        # mixed precision is ours (cast_core.precision), not accelerate's process-global one
+        self.accelerator = Accelerator(cpu=cfg.cpu)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = get_policy(cfg.policy, **cfg.policy_kwargs)
         self.scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
@@ -223,10 +225,11 @@ class Trainer:
             groups = -(-len(prompts) // cfg.group_size)
             noise = self.policy.initial_noise(groups, self.image_size, generator)
             noise = noise.repeat_interleave(cfg.group_size, dim=0)[: len(prompts)]
-        parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
-                        window=window, eta=cfg.eta, generator=generator, keep_x0=keep, noise_block=cfg.noise_block,
-                        initial_noise=None if noise is None else noise[i:i + chunk])
-                 for i in range(0, len(prompts), chunk)]
+        with self.autocast():
+            parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
+                            window=window, eta=cfg.eta, generator=generator, keep_x0=keep, noise_block=cfg.noise_block,
+                            initial_noise=None if noise is None else noise[i:i + chunk])
+                     for i in range(0, len(prompts), chunk)]
         return concat_rollouts(parts)
 
     def judge(self, prompts: list[str], rollout: Rollout) -> list[tuple[list[int], SceneGraph, torch.Tensor, torch.Tensor | None]]:
@@ -289,9 +292,16 @@ class Trainer:
         kept, advantages, amap_stats = self.advantages(judged, rollout)
         return kept, advantages, reward_stats(judged, amap_stats)
 
+    def autocast(self):
+        """The policy's forward passes under ``precision`` (:mod:`cast_core.precision`)."""
+        return autocast(self.config.precision, getattr(self.policy, "device", None))
+
     def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
-        """Per-element log-prob of the stored transition under the current policy, and the mean."""
-        v = self.policy.velocity(latents, sigma, cond)
+        """Per-element log-prob of the stored transition under the current policy, and the mean.
+        The velocity runs under the same autocast as sampling (``precision``), so that the first
+        pass recomputes exactly the sampled log-probs; the SDE arithmetic stays in float32."""
+        with self.autocast():
+            v = self.policy.velocity(latents, sigma, cond)
         step = sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents,
                         noise_block=self.config.noise_block)
         return step
@@ -397,7 +407,7 @@ class Trainer:
         cfg = self.config
         last: dict = {}
         deadline = time.monotonic() + 60 * cfg.max_minutes if cfg.max_minutes else math.inf
-        with _Progress(cfg.steps, self.step, self.log) as progress, open(self.run_dir / "metrics.jsonl", "a") as metrics_file:
+        with _Progress(cfg.steps, self.step, self.log, cfg.max_minutes) as progress, open(self.run_dir / "metrics.jsonl", "a") as metrics_file:
             while self.step < cfg.steps:
                 last = self.train_step()
                 final = self.step == cfg.steps or time.monotonic() >= deadline
@@ -467,9 +477,20 @@ def _jsonable(metrics: dict) -> dict:
 class _Progress:
     """A rich progress bar on a terminal; plain log lines otherwise (CI, files, pipes)."""
 
-    def __init__(self, total: int, done: int, log: Callable[[str], None]):
+    def __init__(self, total: int, done: int, log: Callable[[str], None], minutes: float = 0.0):
         self.total, self.done, self.log = total, done, log
         self.tty = sys.stderr.isatty()
+        self.minutes, self.t0 = minutes, time.monotonic()
+
+    def expected_total(self, step: int) -> int:
+        """The step the run will stop at: ``total``, or fewer when the time budget ends it first
+        (projected from the pace so far). Why: a budgeted run (``make demo``) has a huge step cap,
+        and "step 12/100000" says nothing about when it ends."""
+        if not self.minutes or step <= self.done:
+            return self.total
+        per_step = (time.monotonic() - self.t0) / (step - self.done)
+        left = max(0.0, 60 * self.minutes - (time.monotonic() - self.t0))
+        return min(self.total, step + math.ceil(left / per_step))
 
     def __enter__(self):
         if self.tty:
@@ -484,10 +505,13 @@ class _Progress:
     def update(self, step: int, m: dict) -> None:
         info = (f"GM {m.get('reward_gm', float('nan')):.3f} AM {m.get('reward_am', float('nan')):.3f} "
                 f"loss {m.get('loss', float('nan')):.4g} {m.get('images_per_s', 0):.1f} img/s")
+        total = self.expected_total(step)
+        if self.minutes:
+            info += f" {(time.monotonic() - self.t0) / 60:.1f}/{self.minutes:g} min"
         if self.tty:
-            self.bar.update(self.task, completed=step, info=info)
+            self.bar.update(self.task, total=total, completed=step, info=info)
         else:
-            self.log(f"step {step}/{self.total} {info}" + (f" skipped: {m['skipped']}" if "skipped" in m else ""))
+            self.log(f"step {step}/{total} {info}" + (f" skipped: {m['skipped']}" if "skipped" in m else ""))
 
     def __exit__(self, *exc):
         if self.tty:
