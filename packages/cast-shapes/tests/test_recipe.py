@@ -44,7 +44,8 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     out = CliRunner().invoke(demo_command, args)
     assert out.exit_code == 0, out.output
     assert "after 1 steps (2 images)" in out.output  # --set steps=1 wins over the time budget
-    assert ("(bf16 autocast)" if bf16_is_fast("cpu") else "(float32)") in out.output
+    assert "(float32)" in out.output  # the default; bf16 is only suggested where it is native
+    assert ('--set precision="bf16"' in out.output) == bf16_is_fast("cpu")
     comparison = json.loads((run / "comparison.json").read_text())
     base, trained = (json.loads((run / f"eval-{n}.json").read_text()) for n in ("base", "trained"))
     assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 6
