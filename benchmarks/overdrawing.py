@@ -4,7 +4,7 @@ Soft-TIFA's GM pays for an object atom through the best-matching object and for 
 through pool centres, while a count atom charges only exp(-|drawn - asked|); so a policy can buy
 object and position score with extra objects. This script counts what the shapes oracle perceives
 on the held-out hard prompts, for the base policy and any adapters, with exactly the noise
-``cast eval --seed S`` uses (same chunks, same generator seeds), so the rows are paired:
+``cast eval --seed S`` uses (``cast_core.evaluation.eval_batches``), so the rows are paired:
 
 - ``objects_per_image``: detections per image;
 - ``unclaimed_per_image``: detections in no entity's pool (no atom of the prompt is about them);
@@ -31,7 +31,6 @@ import json
 import sys
 from collections import Counter
 
-import torch
 
 CLIP = 3
 
@@ -39,21 +38,18 @@ CLIP = 3
 def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, seed: int, batch_size: int = 64,
                   progress=None) -> dict:
     """Perceived objects, unclaimed objects and count errors, sampled as ``evaluate`` samples."""
+    from cast_core.evaluation import eval_batches
     from cast_core.registry import get_atom_decomposer
-    from cast_core.sampling import sample
-    from cast_core.trainer import seed_for
     from cast_shapes.perception import detect
     from cast_shapes.semantics import pools
 
     decomposer = get_atom_decomposer("template")
-    jobs = [p for p in prompts for _ in range(images_per_prompt)]
+    n_images = len(prompts) * images_per_prompt
     objects = unclaimed = entities = missing = 0
     errors: Counter[int] = Counter()
-    for start in range(0, len(jobs), batch_size):
-        chunk = jobs[start:start + batch_size]
-        gen = torch.Generator().manual_seed(seed_for(seed, "eval", start))
-        images = sample(policy, chunk, num_steps=num_steps, generator=gen).images
-        for prompt, dets in zip(chunk, detect(images.float().clamp(0, 1).cpu().numpy())):
+    for start, chunk, images in eval_batches(policy, prompts, images_per_prompt=images_per_prompt,
+                                             num_steps=num_steps, seed=seed, batch_size=batch_size):
+        for (_, prompt), dets in zip(chunk, detect(images.float().clamp(0, 1).cpu().numpy())):
             graph = decomposer.decompose(prompt)
             pool = pools(graph, dets)
             claimed = {i for members in pool.values() if members for i in members}
@@ -65,14 +61,14 @@ def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, se
                 if atom.kind == "count" and isinstance(atom.value, int) and pool.get(atom.entity) is not None:
                     errors[max(-CLIP, min(CLIP, len(pool[atom.entity]) - atom.value))] += 1
         if progress:
-            progress(min(start + batch_size, len(jobs)), len(jobs))
+            progress(start + len(chunk), n_images)
     total = sum(errors.values())
     return {
-        "objects_per_image": round(objects / len(jobs), 3),
-        "unclaimed_per_image": round(unclaimed / len(jobs), 3),
+        "objects_per_image": round(objects / n_images, 3),
+        "unclaimed_per_image": round(unclaimed / n_images, 3),
         "missing_entity_share": round(missing / max(entities, 1), 3),
         "count_error_share": {str(k): round(errors[k] / total, 3) for k in range(-CLIP, CLIP + 1)} if total else {},
-        "images": len(jobs),
+        "images": n_images,
     }
 
 

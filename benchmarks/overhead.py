@@ -6,7 +6,7 @@
    budget: target ratio <= ~1.10.
 3. A CAST training step with ``precision = "bf16"`` (autocast) vs float32, the shapes recipe's
    own batch (32 images, window 2-3 of 10): no target; the speed-up is what bf16 buys on this
-   machine's CPU (it needs avx512_bf16 or AMX to pay off).
+   machine's CPU (measured on one with avx512_bf16; without native bf16 it may be slower).
 
 Run: `python benchmarks/overhead.py [--repeats N] [--json FILE]` (after `make install`).
 Timings are medians over repeats, interleaved so that machine load hits both sides alike.

@@ -37,7 +37,7 @@ def test_counts_on_renders_of_known_scenes(monkeypatch):
         images = [torch.from_numpy(render_float(sample_layout(parse_prompt(drawn[p]), seed=0))) for p in prompts]
         return SimpleNamespace(images=torch.stack(images))
 
-    monkeypatch.setattr("cast_core.sampling.sample", fake_sample)
+    monkeypatch.setattr("cast_core.evaluation.sample", fake_sample)
     row = load_script().count_objects(None, list(drawn), images_per_prompt=2, num_steps=1, seed=0, batch_size=3)
     assert row["images"] == 8
     assert row["objects_per_image"] == pytest.approx((2 + 1 + 1 + 3) / 4)

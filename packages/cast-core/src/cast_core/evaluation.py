@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -21,6 +21,19 @@ from cast_core.trainer import seed_for
 def skill_of(atom) -> str:
     """GenEval 2's skill names: object, count, attribute, and for relations position or verb."""
     return atom.skill if atom.kind == "relation" and atom.skill else atom.kind
+
+
+def eval_batches(policy, prompts: Sequence[str], *, images_per_prompt: int, num_steps: int, seed: int,
+                 batch_size: int = 64) -> Iterator[tuple[int, list[tuple[int, str]], torch.Tensor]]:
+    """``(start, [(prompt index, prompt), ...], images)`` per batch of the evaluation's images,
+    each prompt repeated ``images_per_prompt`` times, noise seeded per batch start. Why one place:
+    anything that must see exactly the images ``cast eval --seed S`` scored (the over-drawing
+    benchmark, a paired comparison) draws them here."""
+    jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(images_per_prompt)]
+    for start in range(0, len(jobs), batch_size):
+        chunk = jobs[start:start + batch_size]
+        gen = torch.Generator().manual_seed(seed_for(seed, "eval", start))
+        yield start, chunk, sample(policy, [p for _, p in chunk], num_steps=num_steps, generator=gen).images
 
 
 def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
@@ -35,10 +48,8 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
     skills: dict[str, list[float]] = defaultdict(list)
     prompt_skills: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(images_per_prompt)]
-    for start in range(0, len(jobs), batch_size):
-        chunk = jobs[start:start + batch_size]
-        gen = torch.Generator().manual_seed(seed_for(seed, "eval", start))
-        images = sample(policy, [p for _, p in chunk], num_steps=num_steps, generator=gen).images
+    for start, chunk, images in eval_batches(policy, prompts, images_per_prompt=images_per_prompt,
+                                             num_steps=num_steps, seed=seed, batch_size=batch_size):
         graphs = [decomposer.decompose(p) for _, p in chunk]
         scores = scorer.score(images, graphs).scores
         for (i, _), graph, s in zip(chunk, graphs, scores):

@@ -152,7 +152,8 @@ def evaluate(
     entity's objects (``"all"``, the default) or only the ``n - k`` surplus ones, those with the
     least evidence for the noun, later detections first on ties (``"surplus"``). Why: with
     ``"all"`` the count atom's blame lands on the correct objects too, where the object and
-    relation atoms put their credit, and RL learns to over-draw (docs/shapes-rl.md)."""
+    relation atoms put their credit. Measured, ``"surplus"`` does not curb over-drawing: runs
+    with it draw more objects, not fewer (docs/shapes-rl.md)."""
     if count_maps not in COUNT_MAPS:
         raise ValueError(f"count_maps must be one of {COUNT_MAPS}, got {count_maps!r}")
     h, w = image_size
