@@ -11,7 +11,11 @@ on the held-out hard prompts, for the base policy and any adapters, with exactly
 - ``missing_entity_share``: the share of (image, entity) pairs whose pool is empty — the entity
   was not drawn at all, which zeroes its object, attribute and relation atoms;
 - ``count_error_share``: over the prompts' count atoms, the share of (drawn - asked), clipped to
-  +-3, where "drawn" is the size of the entity's pool.
+  +-3, where "drawn" is the size of the entity's pool;
+- ``offcolour_member_share``: over the entities a colour is asked for and that were drawn, the
+  share of their pool members in another colour — what dilutes an attribute atom's colour
+  fraction ``f`` (a wrongly coloured extra triangle counts against "three green triangles");
+- ``offcolour_entity_share``: the share of those entities with at least one such member.
 
 Reading them together tells hedging from a reward hack: a policy that draws more objects to make
 sure every entity appears lowers ``missing_entity_share`` and pays with count surplus.
@@ -46,6 +50,7 @@ def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, se
     decomposer = get_atom_decomposer("template")
     n_images = len(prompts) * images_per_prompt
     objects = unclaimed = entities = missing = 0
+    coloured_members = offcolour_members = coloured_entities = offcolour_entities = 0
     errors: Counter[int] = Counter()
     for start, chunk, images in eval_batches(policy, prompts, images_per_prompt=images_per_prompt,
                                              num_steps=num_steps, seed=seed, batch_size=batch_size):
@@ -60,6 +65,13 @@ def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, se
             for atom in graph.atoms:
                 if atom.kind == "count" and isinstance(atom.value, int) and pool.get(atom.entity) is not None:
                     errors[max(-CLIP, min(CLIP, len(pool[atom.entity]) - atom.value))] += 1
+                if atom.kind == "attribute" and pool.get(atom.entity):
+                    members = pool[atom.entity]
+                    off = sum(dets[i].colour != atom.value for i in members)
+                    coloured_members += len(members)
+                    offcolour_members += off
+                    coloured_entities += 1
+                    offcolour_entities += off > 0
         if progress:
             progress(start + len(chunk), n_images)
     total = sum(errors.values())
@@ -68,6 +80,8 @@ def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, se
         "unclaimed_per_image": round(unclaimed / n_images, 3),
         "missing_entity_share": round(missing / max(entities, 1), 3),
         "count_error_share": {str(k): round(errors[k] / total, 3) for k in range(-CLIP, CLIP + 1)} if total else {},
+        "offcolour_member_share": round(offcolour_members / max(coloured_members, 1), 3),
+        "offcolour_entity_share": round(offcolour_entities / max(coloured_entities, 1), 3),
         "images": n_images,
     }
 
@@ -105,7 +119,8 @@ def main(argv=None) -> int:
         shares = row["count_error_share"]
         print(f"{name:24s} objects/image {row['objects_per_image']:.2f}  unclaimed {row['unclaimed_per_image']:.2f}  "
               f"entities missing {row['missing_entity_share']:.3f}  "
-              f"count surplus +1/+2/+3: {shares.get('1', 0):.2f}/{shares.get('2', 0):.2f}/{shares.get('3', 0):.2f}")
+              f"count surplus +1/+2/+3: {shares.get('1', 0):.2f}/{shares.get('2', 0):.2f}/{shares.get('3', 0):.2f}  "
+              f"off-colour members {row['offcolour_member_share']:.3f} (entities {row['offcolour_entity_share']:.3f})")
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump(out, fh, indent=1)

@@ -31,6 +31,7 @@ def test_counts_on_renders_of_known_scenes(monkeypatch):
         "two red circles": "a red circle",  # one too few
         "a red circle and a green triangle": "a red circle",  # the triangle missing
         "a blue square": "three blue squares",  # two too many
+        "three green triangles": "two green triangles and a blue triangle",  # one in the wrong colour
     }
 
     def fake_sample(policy, prompts, *, num_steps, generator):
@@ -39,9 +40,14 @@ def test_counts_on_renders_of_known_scenes(monkeypatch):
 
     monkeypatch.setattr("cast_core.evaluation.sample", fake_sample)
     row = load_script().count_objects(None, list(drawn), images_per_prompt=2, num_steps=1, seed=0, batch_size=3)
-    assert row["images"] == 8
-    assert row["objects_per_image"] == pytest.approx((2 + 1 + 1 + 3) / 4)
-    assert row["unclaimed_per_image"] == pytest.approx(1 / 4)
-    assert row["missing_entity_share"] == pytest.approx(1 / 5)  # 5 entities per 4 images, one missing
-    # count atoms per image: 1 + 1 + 2 (the triangle's count atom: 0 drawn, asked 1) + 1
-    assert row["count_error_share"] == {"-3": 0.0, "-2": 0.0, "-1": 0.4, "0": 0.4, "1": 0.0, "2": 0.2, "3": 0.0}
+    assert row["images"] == 10
+    assert row["objects_per_image"] == pytest.approx((2 + 1 + 1 + 3 + 3) / 5)
+    assert row["unclaimed_per_image"] == pytest.approx(1 / 5)
+    assert row["missing_entity_share"] == pytest.approx(round(1 / 6, 3))  # 6 entities per 5 images, one missing
+    # count atoms per image: 1 + 1 + 2 (the triangle's count atom: 0 drawn, asked 1) + 1 + 1
+    assert row["count_error_share"] == {"-3": 0.0, "-2": 0.0, "-1": round(2 / 6, 3), "0": 0.5, "1": 0.0,
+                                        "2": round(1 / 6, 3), "3": 0.0}
+    # coloured entities drawn: 1 + 1 + 1 (the green triangle is missing) + 1 + 1, with 1 + 1 + 1 + 3 + 3
+    # members; only the blue triangle is off-colour
+    assert row["offcolour_member_share"] == pytest.approx(round(1 / 9, 3))
+    assert row["offcolour_entity_share"] == pytest.approx(1 / 5)

@@ -265,6 +265,21 @@ def test_cast_sample_cli(tmp_path):
     assert Image.open(target).size == (48, 16)
 
 
+def test_policy_opt_reaches_the_policy_factory(tmp_path):
+    """`--policy-opt` passes factory arguments (a device, a LoRA rank, here the fake's image size),
+    and a malformed one is refused with the expected form."""
+    target = tmp_path / "s.png"
+    out = CliRunner().invoke(cli, ["sample", "--policy", "fake", "--prompt", "a dog", "-n", "3", "--out", str(target),
+                                   "--policy-opt", "image_size=[8, 8]", "--policy-opt", "patch=2"])
+    assert out.exit_code == 0, out.output
+    from PIL import Image
+
+    assert Image.open(target).size == (24, 8)
+    bad = CliRunner().invoke(cli, ["sample", "--policy", "fake", "--prompt", "a dog", "--out", str(target),
+                                   "--policy-opt", "image_size"])
+    assert bad.exit_code != 0 and "--policy-opt 'image_size': expected KEY=VALUE" in bad.output
+
+
 class RecordingScorer:
     """Left-brightness verdicts; records which images each call scored and whether maps were asked."""
 

@@ -60,6 +60,8 @@ def load_checkpoint(path: str | Path, policy: Any, optimizer: torch.optim.Optimi
     if not (path / "state.json").is_file():
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no state.json)")
     policy.load_adapter(path / "adapter")
-    blob = torch.load(path / "optimizer.pt", weights_only=True)
+    # onto the CPU first: a checkpoint written on a GPU must load on a machine without one;
+    # load_state_dict then moves the optimizer state to the parameters' device
+    blob = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
     optimizer.load_state_dict(blob["optimizer"])
     return json.loads((path / "state.json").read_text()), blob.get("tensors", {})

@@ -94,7 +94,7 @@ class TrainConfig:
     max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)
     seed: int = _f(0, "seed of every random choice (prompts, noise, windows)", low=0, high=2**63 - 1)
     precision: str = _f("no", "bf16 = autocast the policy's forward passes (sampling and update); weights, optimizer and SDE maths stay float32", choices=("no", "bf16"))
-    cpu: bool = _f(False, "force CPU even when an accelerator is present")
+    cpu: bool = _f(False, "accelerate's cpu flag; where the policy runs is policy_kwargs' device (e.g. device=\"cuda\")")
     log_every: int = _f(1, "write metrics every N steps", low=1, high=1_000_000)
     sample_every: int = _f(10, "write a sample grid every N steps; 0 = never", low=0, high=1_000_000)
     checkpoint_every: int = _f(10, "checkpoint every N steps", low=1, high=1_000_000)
@@ -186,7 +186,7 @@ def _check(f: dataclasses.Field, value: Any) -> None:
             raise ConfigError(f"{where}: value {value!r} is out of range {lo}, {high}] ({m['help']})")
 
 
-def parse_set(assignments: list[str]) -> dict[str, Any]:
+def parse_set(assignments: list[str], option: str = "--set", example: str = "lr=3e-4") -> dict[str, Any]:
     """``["lr=3e-4", "policy_kwargs={seed=1}"]`` → values; the right-hand side is read as a TOML
     value (so 3e-4, true, "text", [1, 2] and {a = 1} work) and falls back to a bare string."""
     out: dict[str, Any] = {}
@@ -194,7 +194,7 @@ def parse_set(assignments: list[str]) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set lr=3e-4")
+            raise ConfigError(f"{option} {item!r}: expected KEY=VALUE, e.g. {option} {example}")
         try:
             out[key] = tomllib.loads(f"v = {raw.strip()}")["v"]
         except tomllib.TOMLDecodeError:

@@ -151,7 +151,7 @@ class Trainer:
                 self.step = state["step"]
                 self.counters.update(state.get("counters", {}))
                 if self.ema is not None and tensors:
-                    self.ema = [tensors[f"ema.{i}"] for i in range(len(self.params))]
+                    self.ema = [tensors[f"ema.{i}"].to(p.device) for i, p in enumerate(self.params)]
                 self.log(f"resumed {self.run_dir} from {ckpt.name}")
                 self._truncate_metrics()
             else:
@@ -275,7 +275,9 @@ class Trainer:
             kept += rows
             maps.append(amap.values.reshape(len(rows), -1))
             amap_stats.append(amap.stats)
-        return kept, (torch.cat(maps) if maps else torch.empty(0)), amap_stats
+        # a scorer may answer on another device than the policy's (a CPU judge for CUDA images)
+        device = self.policy_device()
+        return kept, (torch.cat(maps).to(device) if maps else torch.empty(0, device=device)), amap_stats
 
     def _score(self, prompt: str, images: torch.Tensor, graph: SceneGraph, heatmaps: bool):
         """One scorer call; a failure is logged and counted and gives None (the group is skipped)."""
@@ -294,7 +296,15 @@ class Trainer:
 
     def autocast(self):
         """The policy's forward passes under ``precision`` (:mod:`cast_core.precision`)."""
-        return autocast(self.config.precision, getattr(self.policy, "device", None))
+        return autocast(self.config.precision, self.policy_device())
+
+    def policy_device(self) -> torch.device:
+        """Where the policy computes: its ``device`` attribute, else its trainable parameters'
+        (a policy without the attribute on CUDA must not get CPU autocast, i.e. no bf16 at all)."""
+        device = getattr(self.policy, "device", None)
+        if device is None and self.params:
+            device = self.params[0].device
+        return torch.device(device if device is not None else "cpu")
 
     def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
         """Per-element log-prob of the stored transition under the current policy, and the mean.
@@ -398,7 +408,7 @@ class Trainer:
         self.step += 1
         elapsed = time.perf_counter() - t0
         metrics.update({"step_time_s": elapsed, "images_per_s": len(batch) / elapsed,
-                        "peak_memory_mb": _peak_memory_mb(), **self.counters})
+                        "peak_memory_mb": _peak_memory_mb(self.policy_device()), **self.counters})
         if cfg.sample_every and self.step % cfg.sample_every == 0:
             self.write_samples(prompts[0], rollout, kept, advantages)
         return metrics
@@ -444,9 +454,11 @@ class Trainer:
         sample_grid(rollout.images[rows], graph, scores, adv).save(self.run_dir / "samples" / f"step-{self.step:05d}.png")
 
 
-def _peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
+def _peak_memory_mb(device: torch.device) -> float:
+    """Peak memory where the policy computes: the CUDA allocator's on a GPU, the process's
+    resident set on the CPU (a CPU run on a GPU machine must not report the idle GPU's ~0 MB)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
     try:
         import resource
 

@@ -40,7 +40,7 @@ def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneG
     draw = ImageDraw.Draw(canvas)
     draw.text((2, tile_h + 2), "image", fill=(0, 0, 0))
     for k, (atom, score) in enumerate(zip(graph.atoms, scores.tolist()), 1):
-        m = heatmaps[k - 1].detach().float()
+        m = heatmaps[k - 1].detach().float().to(image.device)  # a GPU judge's map, a CPU image
         m = m / m.max() if float(m.max()) > 0 else m
         # keep what the judge looked at, fade the rest to grey (tinting fails on red objects)
         faded = 0.25 * image.float() + 0.75 * torch.full_like(image.float(), 0.8)
@@ -84,7 +84,7 @@ def sample_grid(images: "torch.Tensor", graph: "SceneGraph", scores, advantages:
         canvas.paste(tile, (i * tw, 0))
         if advantages is not None:
             colours = advantage_colours(advantages[i], tuple(images.shape[-2:]), amax)
-            canvas.paste(_to_pil(0.5 * colours + 0.5 * images[i].float(), scale), (i * tw, th))
+            canvas.paste(_to_pil(0.5 * colours.to(images.device) + 0.5 * images[i].float(), scale), (i * tw, th))
         row = [float(s) for s in scores[i]]
         marks = "".join("+" if s >= threshold else "-" for s in row)
         draw.text((i * tw + 2, th * rows + 2), f"GM {geometric_mean(row):.2f}", fill=(0, 0, 0))

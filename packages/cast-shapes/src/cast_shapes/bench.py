@@ -58,12 +58,12 @@ def plan(quick: bool, seeds: int | None = None, steps: int | None = None, method
     return BenchPlan(methods or tuple(METHODS), tuple(range(seeds or 3)), steps or 150, 4, 8, 4, None, tuple(settings))
 
 
-def _evaluate(adapter: Path | None, plan_: BenchPlan, num_steps: int) -> dict:
+def _evaluate(adapter: Path | None, plan_: BenchPlan, num_steps: int, policy_kwargs: dict | None = None) -> dict:
     from cast_core.evaluation import evaluate
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
     from cast_shapes.suites import suite
 
-    policy = get_policy("shapes")
+    policy = get_policy("shapes", **(policy_kwargs or {}))
     if adapter is not None:
         policy.load_adapter(adapter)
     prompts = suite("heldout-hard")[: plan_.eval_limit] if plan_.eval_limit else suite("heldout-hard")
@@ -95,7 +95,7 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
     curve = []
     for ckpt in checkpoint_dirs(run):
         step = int(ckpt.name[5:])
-        ev = _evaluate(ckpt / "adapter", plan_, cfg.num_steps)
+        ev = _evaluate(ckpt / "adapter", plan_, cfg.num_steps, cfg.policy_kwargs)
         curve.append({"step": step, "images": step * plan_.prompts_per_step * plan_.group_size, "gm": ev["gm"], "am": ev["am"],
                       "by_atom_count": ev["by_atom_count"], "by_skill": ev["by_skill"]})
     result = {"method": method, "seed": seed, "train_wall_s": train_s, "curve": curve, "final": curve[-1]}
@@ -171,12 +171,13 @@ def run_bench(out: Path, plan_: BenchPlan, log: Callable[[str], None] = print) -
     base_file = out / "base.json"
     from cast_core.commands.train import build_config
 
-    num_steps = build_config("shapes", None, None, None, None, None, None, [], 1).num_steps
+    # the base is sampled as the runs are evaluated: the same steps and policy arguments (device)
+    shared = build_config("shapes", None, None, None, None, None, None, list(plan_.settings), 1)
     if base_file.exists():
         base = json.loads(base_file.read_text())
     else:
         log("evaluating the base policy")
-        base = _evaluate(None, plan_, num_steps)
+        base = _evaluate(None, plan_, shared.num_steps, shared.policy_kwargs)
         base_file.write_text(json.dumps(base, indent=2))
     log(f"base GM {base['gm']:.3f} on heldout-hard")
     results: dict[str, list[dict]] = {}

@@ -129,10 +129,10 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     cfg = build_config("shapes", None, None, None, None, None, None, [f"max_minutes={minutes}", "steps=100000", *sets], None)
     precision = "bf16 autocast" if cfg.precision == "bf16" else "float32"
     click.echo(f"[1/3] training CAST on the shapes world for {minutes:g} min ({precision}) -> {run}")
-    if cfg.precision != "bf16" and bf16_is_fast("cpu"):
+    if cfg.precision != "bf16" and bf16_is_fast(cfg.policy_kwargs.get("device", "cpu")):
         # float32 stays the default: one 12,800-image bf16 run lost more held-out attribute
         # score than two float32 runs, and one run per arm cannot tell bf16 from seed spread
-        click.echo('      this CPU runs bf16 natively: --set precision="bf16" samples ~1.4x the images '
+        click.echo('      this device runs bf16 natively: --set precision="bf16" samples ~1.4x the images '
                    "in the same minutes (its effect on learning is not settled: docs/shapes-rl.md)")
     trainer = Trainer(cfg, run)
     trainer.run()
@@ -142,7 +142,7 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     results = {}
     for i, (name, adapter_dir) in enumerate((("base", None), ("trained", adapter)), 2):
         click.echo(f"[{i}/3] evaluating {name} on heldout-hard ({len(prompts)} prompts x {images_per_prompt})")
-        policy = get_policy("shapes")
+        policy = get_policy("shapes", **cfg.policy_kwargs)  # the training run's device and LoRA shape
         if adapter_dir:
             policy.load_adapter(adapter_dir)
         with progress_bar(f"{name}: images sampled and scored", len(prompts) * images_per_prompt) as progress:

@@ -31,7 +31,8 @@ def ode_sample(net: ShapesNet, prompts: list[str], *, num_steps: int = 20, guida
     """Images ``[B, 3, H, W]`` for ``prompts``, Euler steps on ``linspace(1, 0, num_steps+1)``."""
     cfg = net.cfg
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(len(prompts), cfg.grid * cfg.grid, cfg.channels, generator=gen)
+    # CPU noise (the same on every device), then onto the net's device
+    x = torch.randn(len(prompts), cfg.grid * cfg.grid, cfg.channels, generator=gen).to(net.img_ids.device)
     cond = encode(net, prompts)
     uncond = encode(net, [""]) if guidance != 1.0 else None
     sigmas = torch.linspace(1.0, 0.0, num_steps + 1)

@@ -7,6 +7,8 @@ import json
 
 import click
 
+from cast_core.commands.inputs import policy_opt_option
+
 
 @click.command("eval")
 @click.option("--policy", required=True, help="Policy component.")
@@ -24,11 +26,12 @@ import click
 @click.option("--baseline", type=click.Path(dir_okay=False, exists=True),
               help="A previous `cast eval --out` JSON (same prompts, seed, steps, K): report the paired "
                    "difference to it, overall (GM) and per skill.")
+@policy_opt_option
 def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, scorer, decomposer, as_json, out, grid,
-                 baseline):
+                 baseline, policy_opts):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
-    from cast_core.commands.inputs import read_prompt_file
+    from cast_core.commands.inputs import policy_kwargs, read_prompt_file
     from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
@@ -37,7 +40,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
     digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
     base = _read_baseline(baseline, len(prompts), digest, seed, steps, images_per_prompt) if baseline else None
-    pol = get_policy(policy)
+    pol = get_policy(policy, **policy_kwargs(policy_opts))
     if adapter:
         pol.load_adapter(adapter)
     judge, dec = get_atom_scorer(scorer), get_atom_decomposer(decomposer)

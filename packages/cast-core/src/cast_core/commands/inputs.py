@@ -46,3 +46,22 @@ def load_image(path: str | Path):
     except UnidentifiedImageError:
         raise InputError(f"{path} is not an image Pillow can read (PNG, JPEG, WebP, ...)") from None
     return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
+
+
+def policy_opt_option(fn):
+    """``--policy-opt KEY=VALUE`` (repeatable): keyword arguments for the policy factory, the
+    same ones a training config's ``policy_kwargs`` holds. Evaluating on another device, or an
+    adapter trained with another LoRA rank, needs them to match the training run."""
+    import click
+
+    return click.option(
+        "--policy-opt", "policy_opts", multiple=True, metavar="KEY=VALUE",
+        help='Policy factory argument, e.g. device="cuda" or lora_rank=16 (TOML value; repeatable).',
+    )(fn)
+
+
+def policy_kwargs(policy_opts) -> dict:
+    """``("device=\\"cuda\\"", "lora_rank=16")`` → ``{"device": "cuda", "lora_rank": 16}``."""
+    from cast_core.config import parse_set
+
+    return parse_set(list(policy_opts), "--policy-opt", 'device="cuda"') if policy_opts else {}

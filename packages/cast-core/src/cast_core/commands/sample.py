@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from cast_core.commands.inputs import policy_opt_option
+
 
 @click.command("sample")
 @click.option("--policy", required=True, help="Policy component.")
@@ -13,16 +15,18 @@ import click
 @click.option("--images", "-n", default=1, show_default=True, type=click.IntRange(1, 1024), help="How many images (side by side).")
 @click.option("--adapter", type=click.Path(file_okay=False, exists=True), help="Adapter directory (e.g. a checkpoint's adapter/).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Output PNG.")
-def sample_command(policy, prompt, steps, seed, images, adapter, out):
+@policy_opt_option
+def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts):
     """Generate images for --prompt with the policy's deterministic ODE sampler."""
     import torch
     from PIL import Image
 
+    from cast_core.commands.inputs import policy_kwargs
     from cast_core.registry import get_policy
     from cast_core.sampling import sample
     from cast_core.viz import _to_pil
 
-    pol = get_policy(policy)
+    pol = get_policy(policy, **policy_kwargs(policy_opts))
     if adapter:
         pol.load_adapter(adapter)
     gen = torch.Generator().manual_seed(seed)
