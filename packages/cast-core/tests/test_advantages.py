@@ -196,3 +196,38 @@ def test_advantage_stats_example():
     assert set(stats.as_dict()) == {
         "saturated_atoms", "total_atoms", "saturated_fraction", "reward_std", "reward_mean_gm", "reward_mean_am",
     }
+
+
+def test_log_gm_atom_advantages_split_the_log_gm_zscore_exactly():
+    # ℓ = [[0, ln .5], [ln .25, ln .5]]: atom 0 moves the log-GM, atom 1 does not.
+    # L = [ln .5 / 2, (ln .25 + ln .5) / 2], std_g L = ln 2 / 2, K = 2 -> Â = [[1, 0], [-1, 0]].
+    from cast_core.advantages import log_gm_atom_advantages
+
+    scores = torch.tensor([[1.0, 0.5], [0.25, 0.5]])
+    adv, flat = log_gm_atom_advantages(scores, eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))
+    assert flat.tolist() == [False, True]
+
+
+def test_log_gm_atom_advantages_floor_and_weights():
+    from cast_core.advantages import LOG_FLOOR, log_gm_atom_advantages
+
+    # a missing object (0 -> the floor) against a present one, next to a relation at 0.3 and
+    # 0.1: z-scores give both atoms ±1, log-GM credit gives the relation ln(.3/.1) / ln(1/.05)
+    # ≈ 0.37 of the object's weight.
+    scores = torch.tensor([[1.0, 0.3], [0.0, 0.1]], dtype=torch.float64)
+    adv, _ = log_gm_atom_advantages(scores, eps=0.0)
+    l_obj = math.log(1.0) - math.log(LOG_FLOOR)
+    l_rel = math.log(0.3) - math.log(0.1)
+    spread = (l_obj + l_rel) / 4  # half the difference of the two images' mean logs
+    expect = torch.tensor([[l_obj / 2, l_rel / 2], [-l_obj / 2, -l_rel / 2]], dtype=torch.float64) / (2 * spread)
+    torch.testing.assert_close(adv, expect)
+    torch.testing.assert_close(adv.sum(1), torch.tensor([1.0, -1.0], dtype=torch.float64))
+    # two failed relations at 0.03 and 0.01 both sit on the floor: no credit between them
+    floored, _ = log_gm_atom_advantages(torch.tensor([[1.0, 0.03], [0.0, 0.01]]))
+    assert torch.equal(floored[:, 1], torch.zeros(2))
+    # every image alike -> no advantage at all; bad floors are refused
+    same, _ = log_gm_atom_advantages(torch.tensor([[0.3, 0.0], [0.3, 0.0]]))
+    assert torch.equal(same, torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="floor"):
+        log_gm_atom_advantages(scores, floor=0.0)

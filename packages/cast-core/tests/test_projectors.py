@@ -181,3 +181,24 @@ def test_mass_norm_balances_credit_between_small_and_large_heatmaps():
     assert float(mass[0].sum()) == pytest.approx(2.5) and float(mass[1].sum()) == pytest.approx(-2.5)
     with pytest.raises(ValueError, match="heatmap_norm"):
         SpatialProjector(heatmap_norm="sum")
+
+
+def test_log_gm_credit_splits_the_prompt_advantage_over_the_maps():
+    # object atom on the left column, count atom (child of the object) on the right column;
+    # image 0 has the object and the wrong count, image 1 neither: ℓ = [[0, ln .5], [ln .05, ln .05]].
+    from cast_core.advantages import log_gm_atom_advantages
+
+    graph = simple_graph(colour=None)
+    scores = torch.tensor([[1.0, 0.5], [0.0, 0.0]])
+    heat = torch.zeros(2, 2, 2, 2)
+    heat[:, 0, :, 0] = 1.0
+    heat[:, 1, :, 1] = 1.0
+    adv, _ = log_gm_atom_advantages(scores, eps=0.0)
+    for gating in ("soft", "hard"):  # log-GM credit reads the raw scores: gating changes nothing
+        out = SpatialProjector(lam=0.0, eps=0.0, gating=gating, atom_credit="log-gm").project(scores, heat, graph, (2, 2))
+        torch.testing.assert_close(out.values[:, :, 0], adv[:, :1].expand(2, 2))
+        torch.testing.assert_close(out.values[:, :, 1], adv[:, 1:].expand(2, 2))
+    torch.testing.assert_close(adv.sum(1), torch.tensor([1.0, -1.0]))
+    assert float(adv[0, 0]) > float(adv[0, 1]) > 0  # the object moved the log-GM most
+    with pytest.raises(ValueError, match="atom_credit"):
+        SpatialProjector(atom_credit="sum")

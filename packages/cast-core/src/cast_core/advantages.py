@@ -10,6 +10,9 @@ A group is ``G`` images of the same prompt, scored on the ``K`` atoms of its sce
 * **prompt-level advantage** ``Âg`` — the geometric mean of the atom scores (a soft AND: one
   failed atom fails the image) z-scored within the group.
 
+A second way to credit atoms, :func:`log_gm_atom_advantages`, splits the prompt's own log-GM
+advantage among its atoms instead of z-scoring each atom on its own (see there for why).
+
 Standard deviations are *population* std (``unbiased=False``), as Flow-GRPO's ``np.std``: the
 group is the whole population being compared, and a group of 2 should give ±1, not ±0.71.
 
@@ -27,6 +30,7 @@ import torch
 __all__ = [
     "GATING_MODES", "gate_scores", "atom_advantages", "prompt_advantages", "group_zscore",
     "geometric_mean", "AdvantageStats", "advantage_stats", "topological_order",
+    "log_gm_atom_advantages", "LOG_FLOOR",
 ]
 
 GATING_MODES = ("soft", "hard")
@@ -142,6 +146,49 @@ def group_zscore(r: torch.Tensor, eps: float = 1e-6, *, min_std: float = MIN_STD
         raise ValueError(f"rewards must be a vector [G], got shape {tuple(r.shape)}")
     z, _ = _zscore_columns(r.double().unsqueeze(1), eps, min_std)
     return z.squeeze(1).to(_out_dtype(r))
+
+
+#: Scores below this count as this in :func:`log_gm_atom_advantages`: GM's log of a 0 is -inf,
+#: and a failed atom should weigh heavily (log 0.05 ≈ -3.0, against ≈ -0.1 for a 0.9), not
+#: infinitely.
+LOG_FLOOR = 0.05
+
+
+def log_gm_atom_advantages(
+    scores: torch.Tensor, floor: float = LOG_FLOOR, eps: float = 1e-6, *, min_std: float = MIN_STD
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Atom advantages that add up to the prompt's log-GM advantage: with
+    ``ℓ[g,k] = log max(s[g,k], floor)`` on the **raw** scores and ``L[g] = mean_k ℓ[g,k]`` (the
+    log of the image's floored GM),
+    ``Â[g,k] = (ℓ[g,k] - mean_g ℓ[:,k]) / (K · (std_g L + eps))``, so ``Σ_k Â[g,k]`` is exactly
+    the z-score of ``L`` in the group.
+
+    Why: per-atom z-scores (:func:`atom_advantages`) give every atom unit variance whatever it
+    does to the image's GM, which the evaluation reports. An atom whose scores barely differ
+    (four failed relations at sigmoid 0.01-0.03) gets the same ±1 as an object that is present
+    in half the images and missing in the other half, so small soft-score differences become
+    full-size advantages, and atoms are traded against each other at rates the metric does
+    not use. Here an atom weighs what it moves the log-GM by, and the spatial map only
+    redistributes the prompt's advantage over positions. Gating is not applied: the log of a
+    gated score would count each parent's failure again in every child.
+
+    Returns ``(adv [G, K], zero_spread [K])`` as :func:`atom_advantages` does (``zero_spread``
+    of the raw scores, for the saturation statistics). All zeros when ``L`` has no spread.
+    """
+    _check_scores(scores)
+    if not 0 < floor <= 1:
+        raise ValueError(f"floor must be in (0, 1], got {floor}")
+    s = scores.double()
+    g, k = s.shape
+    _, flat = _zscore_columns(s, eps, min_std)
+    if k == 0 or g == 0:
+        return torch.zeros_like(s).to(_out_dtype(scores)), flat
+    logs = torch.log(s.clamp(min=floor, max=1.0))
+    centred = logs - logs.mean(0, keepdim=True)
+    spread = logs.mean(1).std(unbiased=False)
+    if spread < min_std:
+        return torch.zeros_like(s).to(_out_dtype(scores)), flat
+    return (centred / (k * (spread + eps))).to(_out_dtype(scores)), flat
 
 
 def geometric_mean(scores: torch.Tensor) -> torch.Tensor:

@@ -71,6 +71,8 @@ class TrainConfig:
     lam: float = _f(1.0, "weight of the prompt-level advantage in the spatial map", low=0.0, high=100.0)
     heatmap_norm: str = _f("max", "spatial projector: scale each heatmap to peak 1 (max) or to the group's mean mass (mass)",
                            choices=("max", "mass"))
+    atom_credit: str = _f("zscore", "spatial projector: each atom z-scored on its own (zscore, the paper's) or the "
+                          "prompt's log-GM advantage split among its atoms (log-gm)", choices=("zscore", "log-gm"))
     heatmap_source: str = _f("final", "spatial projector: heatmaps of the final image (final) or of the Tweedie "
                              "estimate x̂0 before the window's first step (x0; unbiased, see docs/shapes-rl.md)",
                              choices=("final", "x0"))

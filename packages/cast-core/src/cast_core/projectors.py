@@ -18,6 +18,7 @@ from cast_core.advantages import (
     advantage_stats,
     atom_advantages,
     gate_scores,
+    log_gm_atom_advantages,
     prompt_advantages,
 )
 from cast_core.scene_graph import SceneGraph
@@ -30,6 +31,7 @@ __all__ = [
     "normalise_heatmaps",
     "equalise_mass",
     "HEATMAP_NORMS",
+    "ATOM_CREDITS",
 ]
 
 
@@ -108,6 +110,7 @@ def normalise_heatmaps(heatmaps: torch.Tensor | None, shape: tuple[int, ...]) ->
 
 
 HEATMAP_NORMS = ("max", "mass")
+ATOM_CREDITS = ("zscore", "log-gm")
 
 
 def equalise_mass(maps: torch.Tensor) -> torch.Tensor:
@@ -128,6 +131,10 @@ class SpatialProjector:
     which is the same thing because pooling is linear and λ·Âg is constant — then clipped to
     ``±adv_clip``. Saturated atoms contribute nothing because their ``Â`` is 0.
 
+    ``atom_credit="log-gm"`` replaces the per-atom z-scores by atom advantages that add up to
+    the z-scored log-GM of the raw scores (:func:`cast_core.advantages.log_gm_atom_advantages`):
+    an atom weighs what it moves the image's GM by, and ``gating`` does not apply.
+
     ``heatmap_norm="mass"`` then rescales atom ``k``'s map in every image to the same total mass
     (the group's mean mass of the peak-normalised maps), as a judge's attention sums to one: each
     image gets the same *amount* of credit for an atom, spread over whatever the judge looked at.
@@ -145,12 +152,16 @@ class SpatialProjector:
         threshold: float = 0.5,
         eps: float = 1e-6,
         heatmap_norm: str = "max",
+        atom_credit: str = "zscore",
     ):
         if gating not in GATING_MODES:
             raise ValueError(f"unknown gating {gating!r}; choose one of {', '.join(GATING_MODES)}")
         if heatmap_norm not in HEATMAP_NORMS:
             raise ValueError(f"unknown heatmap_norm {heatmap_norm!r}; choose one of {', '.join(HEATMAP_NORMS)}")
+        if atom_credit not in ATOM_CREDITS:
+            raise ValueError(f"unknown atom_credit {atom_credit!r}; choose one of {', '.join(ATOM_CREDITS)}")
         self.heatmap_norm = heatmap_norm
+        self.atom_credit = atom_credit
         self.lam = float(lam)
         self.adv_clip = _check_clip(adv_clip)
         self.gating = gating
@@ -173,8 +184,11 @@ class SpatialProjector:
             )
         device = heatmaps.device if heatmaps is not None else scores.device
         scores = scores.float().to(device)
-        gated = gate_scores(scores, graph.parent_indices(), self.gating, self.threshold)
-        adv_atoms, flat = atom_advantages(gated, self.eps)
+        if self.atom_credit == "log-gm":
+            adv_atoms, flat = log_gm_atom_advantages(scores, eps=self.eps)
+        else:
+            gated = gate_scores(scores, graph.parent_indices(), self.gating, self.threshold)
+            adv_atoms, flat = atom_advantages(gated, self.eps)
         adv_g = prompt_advantages(scores, self.eps)
         if heatmaps is None or k == 0:
             maps = normalise_heatmaps(None, (g, k, h, w)).to(device)

@@ -124,7 +124,7 @@ class Trainer:
         self.decomposer = get_atom_decomposer(cfg.decomposer)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
-                                 "heatmap_norm": cfg.heatmap_norm})
+                                 "heatmap_norm": cfg.heatmap_norm, "atom_credit": cfg.atom_credit})
         self._needs_maps = getattr(self.projector, "needs_heatmaps", True)
         self.maps_from_x0 = cfg.heatmap_source == "x0" and self._needs_maps
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
