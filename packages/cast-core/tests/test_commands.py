@@ -123,3 +123,48 @@ def test_eval_baseline_pairs_and_refuses_mismatches(tmp_path):
     old.write_text(json.dumps({"gm": 0.3, "per_prompt_gm": [0.3, 0.3, 0.3]}))
     stale = CliRunner().invoke(cli, [*common, "--baseline", str(old)])
     assert stale.exit_code == 2 and "per_prompt_skill" in stale.output and str(old) in stale.output
+
+
+def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp_path):
+    import statistics
+
+    import torch
+
+    from cast_core.testing.fakes import FakePolicy
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\ntwo blue squares\na green triangle\n")
+    trained = FakePolicy()
+    with torch.no_grad():
+        trained.position_delta.add_(0.3 * torch.randn(trained.position_delta.shape, generator=torch.Generator().manual_seed(5)))
+    adapter = tmp_path / "adapter"
+    trained.save_adapter(adapter)
+    common = ["--policy", "fake", "--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake",
+              "-k", "2", "--steps", "3"]
+    run = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2", "--json"])
+    assert run.exit_code == 0, run.output
+    result = json.loads(run.stdout)
+    assert [r["seed"] for r in result["per_seed"]] == [0, 1, 2]
+    # each seed's row is exactly what `cast eval --baseline` pairs at that seed
+    for row in result["per_seed"][:2]:
+        base = tmp_path / f"base-{row['seed']}.json"
+        seed = ["--seed", str(row["seed"])]
+        assert CliRunner().invoke(cli, ["eval", *common, *seed, "--out", str(base)]).exit_code == 0
+        ev = CliRunner().invoke(cli, ["eval", *common, *seed, "--adapter", str(adapter), "--baseline", str(base), "--json"])
+        vs = json.loads(ev.stdout)["vs_baseline"]
+        assert row["gm_difference"] == vs["gm_difference"] and row["skill_differences"] == vs["skill_differences"]
+    deltas = [r["gm_difference"]["delta"] for r in result["per_seed"]]
+    assert len(set(deltas)) == 3  # the adapter changes the images, differently per seed
+    summary = result["summary"]["gm"]
+    assert summary["delta"] == pytest.approx(statistics.mean(deltas), abs=1e-12)
+    assert summary["se"] == pytest.approx(statistics.stdev(deltas) / 3 ** 0.5, abs=1e-12)
+    assert summary["n"] == 3 and summary["z"] == pytest.approx(summary["delta"] / summary["se"])
+    text = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2"]).output
+    assert "mean over 3 seeds" in text and f"{summary['delta']:+.3f} ± {summary['se']:.3f} (s.e. over seeds)" in text
+    # the adapter against itself: every difference is exactly zero
+    same = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--base-adapter", str(adapter),
+                                    "--seeds", "3,4", "--json"])
+    assert same.exit_code == 0, same.output
+    assert json.loads(same.stdout)["summary"]["gm"] == {"delta": 0.0, "se": 0.0, "n": 2, "z": 0.0}
+    one = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "7"])
+    assert one.exit_code == 2 and "at least two distinct seeds" in one.output

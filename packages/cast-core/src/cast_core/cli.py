@@ -98,6 +98,7 @@ def plugins_command(as_json: bool) -> None:
 
 def _add_core_commands() -> None:
     # Each command lives in its own module; importing them is cheap (click only at module level).
+    from cast_core.commands.compare import compare_command
     from cast_core.commands.decompose import decompose_command
     from cast_core.commands.eval import eval_command
     from cast_core.commands.report import report_command
@@ -107,7 +108,7 @@ def _add_core_commands() -> None:
     from cast_core.commands.train import train_command
 
     for command in (decompose_command, score_command, train_command, sample_command, eval_command, report_command,
-                    signal_command):
+                    signal_command, compare_command):
         cli.add_command(command)
 
 

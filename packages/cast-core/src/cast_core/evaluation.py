@@ -115,15 +115,26 @@ def paired_skill_differences(before: dict[str, Any], after: dict[str, Any]) -> d
     return {k: _paired(v) for k, v in sorted(diffs.items()) if len(v) >= 2}
 
 
-def _paired(diffs: list[float]) -> dict[str, float]:
+def paired_stats(diffs: Sequence[float]) -> dict[str, float]:
+    """Mean of ``>= 2`` paired differences with its standard error (sample sd / √n) and
+    ``z = delta / se``: ``{"delta", "se", "n", "z"}`` (``z`` is ±inf when every difference is the
+    same non-zero value, 0 when all are 0)."""
     n = len(diffs)
+    if n < 2:
+        raise ValueError(f"a standard error needs at least two differences, got {n}")
     delta = sum(diffs) / n
     se = (sum((d - delta) ** 2 for d in diffs) / (n - 1) / n) ** 0.5
     if se > 0:
         z = delta / se
-    else:  # every prompt moved by exactly delta
+    else:  # every difference is exactly delta
         z = 0.0 if delta == 0 else math.copysign(math.inf, delta)
-    return {"delta": delta, "se": se, "prompts": n, "z": z}
+    return {"delta": delta, "se": se, "n": n, "z": z}
+
+
+def _paired(diffs: list[float]) -> dict[str, float]:
+    out = paired_stats(diffs)
+    out["prompts"] = out.pop("n")
+    return out
 
 
 def paired_verdict(z: float) -> str:

@@ -8,6 +8,7 @@ import json
 import click
 
 from cast_core.commands.inputs import policy_opt_option
+from cast_core.commands.output import emit_json
 
 
 @click.command("eval")
@@ -58,11 +59,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     if base is not None:
         result["vs_baseline"] = {"file": baseline, "gm_difference": paired_difference(base, result),
                                  "skill_differences": paired_skill_differences(base, result)}
-    if out:
-        with open(out, "w") as f:
-            json.dump(result, f, indent=2)
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
+    if emit_json(result, out, as_json):
         return
     click.echo(f"{policy}{' + ' + adapter if adapter else ''} on {result['suite']}: "
                f"GM {result['gm']:.3f}  AM {result['am']:.3f}  ({result['images']} images)")
