@@ -168,3 +168,15 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
     assert json.loads(same.stdout)["summary"]["gm"] == {"delta": 0.0, "se": 0.0, "n": 2, "z": 0.0}
     one = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "7"])
     assert one.exit_code == 2 and "at least two distinct seeds" in one.output
+
+
+@pytest.mark.parametrize("command", ["eval", "compare", "sample"])
+def test_a_directory_without_an_adapter_is_a_usage_error(tmp_path, command):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red circle\na blue square\n")
+    args = {"eval": ["--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake"],
+            "compare": ["--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake"],
+            "sample": ["--prompt", "a red circle", "--out", str(tmp_path / "grid.png")]}[command]
+    out = CliRunner().invoke(cli, [command, "--policy", "fake", "--adapter", str(tmp_path), *args])
+    assert out.exit_code == 2, out.output
+    assert "Invalid value for --adapter" in out.output and "checkpoints/step-N/adapter" in out.output

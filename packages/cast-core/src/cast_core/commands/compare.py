@@ -44,7 +44,7 @@ def compare_command(policy, adapter, base_adapter, suite, prompt_file, images_pe
     and report the paired GM difference per seed and its mean over seeds, with the standard
     error over seeds, overall and per skill. One seed's error over prompts does not cover how
     much the seed itself moves a difference; the mean over seeds is the number to quote."""
-    from cast_core.commands.inputs import policy_kwargs, read_prompt_file
+    from cast_core.commands.inputs import load_adapter_option, policy_kwargs, read_prompt_file
     from cast_core.commands.progress import progress_bar
     from cast_core.comparison import compare_over_seeds
     from cast_core.evaluation import paired_verdict
@@ -58,8 +58,8 @@ def compare_command(policy, adapter, base_adapter, suite, prompt_file, images_pe
     kwargs = policy_kwargs(policy_opts)
     before, after = get_policy(policy, **kwargs), get_policy(policy, **kwargs)
     if base_adapter:
-        before.load_adapter(base_adapter)
-    after.load_adapter(adapter)
+        load_adapter_option(before, base_adapter, "--base-adapter")
+    load_adapter_option(after, adapter)
     judge, dec = get_atom_scorer(scorer), get_atom_decomposer(decomposer)
     total = 2 * len(seeds) * len(prompts) * images_per_prompt
     with progress_bar(f"{len(seeds)} seeds x 2 models: images sampled and scored", total) as progress:

@@ -32,7 +32,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
                  baseline, policy_opts):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
-    from cast_core.commands.inputs import policy_kwargs, read_prompt_file
+    from cast_core.commands.inputs import load_adapter_option, policy_kwargs, read_prompt_file
     from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
@@ -43,7 +43,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     base = _read_baseline(baseline, len(prompts), digest, seed, steps, images_per_prompt) if baseline else None
     pol = get_policy(policy, **policy_kwargs(policy_opts))
     if adapter:
-        pol.load_adapter(adapter)
+        load_adapter_option(pol, adapter)
     judge, dec = get_atom_scorer(scorer), get_atom_decomposer(decomposer)
     from cast_core.commands.progress import progress_bar
 

@@ -65,3 +65,18 @@ def policy_kwargs(policy_opts) -> dict:
     from cast_core.config import parse_set
 
     return parse_set(list(policy_opts), "--policy-opt", 'device="cuda"') if policy_opts else {}
+
+
+def load_adapter_option(policy, directory: str, option: str = "--adapter") -> None:
+    """``policy.load_adapter(directory)`` with a bad directory reported as a usage error on
+    ``option`` (exit 2, one line) instead of a traceback: the usual causes are a run directory
+    given instead of its ``checkpoints/step-N/adapter``, or an adapter trained with other
+    ``policy_kwargs`` (e.g. ``lora_rank``; pass them with ``--policy-opt``)."""
+    import click
+
+    try:
+        policy.load_adapter(directory)
+    except (FileNotFoundError, ValueError, RuntimeError, KeyError) as err:
+        raise click.BadParameter(
+            f"{err}. Pass an adapter directory such as RUN/checkpoints/step-N/adapter, with the training run's "
+            "policy_kwargs as --policy-opt KEY=VALUE if it used non-default ones.", param_hint=option) from None

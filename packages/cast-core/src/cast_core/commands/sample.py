@@ -21,14 +21,14 @@ def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opt
     import torch
     from PIL import Image
 
-    from cast_core.commands.inputs import policy_kwargs
+    from cast_core.commands.inputs import load_adapter_option, policy_kwargs
     from cast_core.registry import get_policy
     from cast_core.sampling import sample
     from cast_core.viz import _to_pil
 
     pol = get_policy(policy, **policy_kwargs(policy_opts))
     if adapter:
-        pol.load_adapter(adapter)
+        load_adapter_option(pol, adapter)
     gen = torch.Generator().manual_seed(seed)
     imgs = sample(pol, [prompt] * images, num_steps=steps, generator=gen).images
     tiles = [_to_pil(img, 1) for img in imgs]
