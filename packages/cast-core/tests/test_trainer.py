@@ -399,3 +399,19 @@ def test_bf16_precision_autocasts_sampling_and_update_and_stays_on_policy(tmp_pa
     Trainer(fake_config(steps=2, inner_epochs=1, precision="bf16"), run, log=quiet).run()
     for r in metrics(run):
         assert r["ratio_min"] == 1.0 and r["ratio_max"] == 1.0 and r["approx_kl"] == 0.0
+
+
+def test_ema_adapter_is_written_next_to_the_live_one(tmp_path):
+    run = tmp_path / "run"
+    trainer = Trainer(fake_config(steps=3, checkpoint_every=3, ema=0.5), run, log=quiet)
+    trainer.run()
+    ckpt = latest_checkpoint(run)
+    ema = load_file(str(ckpt / "ema-adapter" / "adapter.safetensors"))
+    live = adapter(run)
+    names = ["lora_A", "lora_B", "position_delta"]  # FakePolicy's trainable_parameters() order
+    for name, e, p in zip(names, trainer.ema, trainer.params):
+        assert torch.equal(ema[name], e) and torch.equal(live[name], p.detach())
+    assert not torch.equal(ema["position_delta"], live["position_delta"])  # the average lags the live weights
+    no_ema = tmp_path / "plain"
+    Trainer(fake_config(steps=1, checkpoint_every=1), no_ema, log=quiet).run()
+    assert not (latest_checkpoint(no_ema) / "ema-adapter").exists()

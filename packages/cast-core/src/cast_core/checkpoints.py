@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -35,8 +35,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, keep: int = 3) -> Path:
-    """Write ``checkpoints/step-{step:05d}`` atomically and delete all but the newest ``keep``."""
+                    state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, keep: int = 3,
+                    write_extra: Callable[[Path], None] | None = None) -> Path:
+    """Write ``checkpoints/step-{step:05d}`` atomically and delete all but the newest ``keep``.
+    ``write_extra(directory)`` may add files (e.g. an EMA adapter) before the rename, so they are
+    part of the same all-or-nothing checkpoint."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:05d}"
@@ -45,6 +48,8 @@ def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torc
     tmp.mkdir()
     policy.save_adapter(tmp / "adapter")
     torch.save({"optimizer": optimizer.state_dict(), "tensors": tensors or {}}, tmp / "optimizer.pt")
+    if write_extra is not None:
+        write_extra(tmp)
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
         shutil.rmtree(final)

@@ -90,7 +90,8 @@ class TrainConfig:
     adam_beta2: float = _f(0.999, "AdamW β2", low=0.0, high=1.0)
     adam_eps: float = _f(1e-8, "AdamW ε", low=0.0, high=1.0, low_open=True)
     max_grad_norm: float = _f(1.0, "gradient clipping norm; 0 = off", low=0.0, high=1e6)
-    ema: float = _f(0.0, "EMA decay of the adapter for sampling grids and eval; 0 = off", low=0.0, high=1.0)
+    ema: float = _f(0.0, "EMA decay of the adapter; > 0 also writes checkpoints/step-N/ema-adapter/ "
+                     "(score it with cast eval --adapter); 0 = off", low=0.0, high=1.0)
     # -- run ----------------------------------------------------------------------------------
     steps: int = _f(100, "training steps", low=1, high=10_000_000)
     max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)

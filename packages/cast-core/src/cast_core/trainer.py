@@ -436,7 +436,21 @@ class Trainer:
         tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
         return save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer,
                                {"counters": self.counters, "config": self.config.to_dict()}, tensors,
-                               keep=self.config.keep_checkpoints)
+                               keep=self.config.keep_checkpoints,
+                               write_extra=self._save_ema_adapter if self.ema is not None else None)
+
+    def _save_ema_adapter(self, directory: Path) -> None:
+        """The EMA weights as an adapter of their own (``ema-adapter/``), so that ``cast eval
+        --adapter`` can score them; the live weights are put back whatever happens."""
+        with torch.no_grad():
+            live = [p.detach().clone() for p in self.params]
+            try:
+                for p, e in zip(self.params, self.ema):
+                    p.copy_(e)
+                self.policy.save_adapter(directory / "ema-adapter")
+            finally:
+                for p, v in zip(self.params, live):
+                    p.copy_(v)
 
     def write_samples(self, prompt: str, rollout: Rollout, kept: list[int], advantages: torch.Tensor) -> None:
         from cast_core.viz import sample_grid
