@@ -53,5 +53,7 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert gm["prompts"] == 3 and gm["delta"] == pytest.approx(trained["gm"] - base["gm"], abs=1e-12)
     assert set(comparison["skill_differences"]) <= set(base["by_skill"])
     assert "paired GM difference" in out.output and "by skill" in out.output
+    adapter = run / "checkpoints" / "step-00001" / "adapter"
+    assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-hard" in out.output
     html = (run / "report.html").read_text()
     assert "Paired GM difference" in html and (run / "grid-base.png").is_file() and (run / "grid-trained.png").is_file()
