@@ -90,3 +90,20 @@ def test_paired_verdict_boundaries():
 
     assert paired_verdict(2.0).startswith("better") and paired_verdict(-2.0).startswith("worse")
     assert paired_verdict(1.99).startswith("not distinguishable") and paired_verdict(-1.99).startswith("not")
+
+
+def test_pool_evaluations_averages_equal_size_seeds_exactly():
+    from cast_core.comparison import pool_evaluations
+
+    def result(gm, am, pg, ps):
+        return {"gm": gm, "am": am, "by_atom_count": {"2": gm}, "by_skill": {"object": am}, "images": 4, "prompts": 2,
+                "per_prompt_gm": pg, "per_prompt_skill": ps}
+
+    a = result(0.5, 0.75, [0.25, 0.75], [{"object": 0.5}, {"object": 1.0}])
+    b = result(0.25, 0.5, [0.0, 0.5], [{"object": 0.25}, {"object": 0.75}])
+    pooled = pool_evaluations([a, b])
+    assert pooled == {"gm": 0.375, "am": 0.625, "by_atom_count": {"2": 0.375}, "by_skill": {"object": 0.625}, "images": 8,
+                      "prompts": 2, "per_prompt_gm": [0.125, 0.625],
+                      "per_prompt_skill": [{"object": 0.375}, {"object": 0.875}]}
+    with pytest.raises(ValueError, match="different sizes"):
+        pool_evaluations([a, {**b, "images": 6}])

@@ -38,7 +38,7 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     from cast_shapes.commands import demo_command
 
     run = tmp_path / "demo"
-    args = ["--out", str(run), "-k", "2", "--eval-prompts", "3", "--set", "steps=1",
+    args = ["--out", str(run), "-k", "2", "--eval-prompts", "3", "--eval-seeds", "0,5", "--set", "steps=1",
             "--set", "group_size=2", "--set", "prompts_per_step=1", "--set", "num_steps=4",
             "--set", 'window="fixed"', "--set", "window_kwargs={start=1, size=2}"]
     out = CliRunner().invoke(demo_command, args)
@@ -48,12 +48,18 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert ('--set precision="bf16"' in out.output) == bf16_is_fast("cpu")
     comparison = json.loads((run / "comparison.json").read_text())
     base, trained = (json.loads((run / f"eval-{n}.json").read_text()) for n in ("base", "trained"))
-    assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 6
+    assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 12  # 2 seeds x 3 prompts x 2
     gm = comparison["gm_difference"]
     assert gm["prompts"] == 3 and gm["delta"] == pytest.approx(trained["gm"] - base["gm"], abs=1e-12)
+    # pooling equal-size seeds: the pooled difference is the mean of the per-seed ones
+    rows = comparison["per_seed"]
+    assert [r["seed"] for r in rows] == [0, 5] and comparison["seeds"] == [0, 5]
+    assert gm["delta"] == pytest.approx(sum(r["gm_difference"]["delta"] for r in rows) / 2, abs=1e-12)
+    assert "per evaluation seed: 0: " in out.output
     assert set(comparison["skill_differences"]) <= set(base["by_skill"])
     assert "paired GM difference" in out.output and "by skill" in out.output
     adapter = run / "checkpoints" / "step-00001" / "adapter"
     assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-hard" in out.output
     html = (run / "report.html").read_text()
+    assert "Paired GM difference" in html and "evaluation seeds 0, 5 pooled" in html and "Per evaluation seed" in html
     assert "Paired GM difference" in html and (run / "grid-base.png").is_file() and (run / "grid-trained.png").is_file()

@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences, paired_stats
 
-__all__ = ["compare_over_seeds", "summarise_seeds"]
+__all__ = ["compare_over_seeds", "summarise_seeds", "pool_evaluations"]
 
 
 def _brief(result: dict[str, Any]) -> dict[str, Any]:
@@ -65,4 +65,35 @@ def summarise_seeds(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "after_gm": sum(r["after"]["gm"] for r in rows) / n,
         "gm": paired_stats([r["gm_difference"]["delta"] for r in rows]),
         "skills": {k: paired_stats(v) for k, v in sorted(skills.items()) if len(v) == n},
+    }
+
+
+def pool_evaluations(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One :func:`~cast_core.evaluation.evaluate` result from several evaluations of the same
+    prompts with the same images per prompt (different seeds): every mean is the mean of the
+    seeds' means (exact, as each seed scores the same number of images of each prompt), and
+    ``images`` the total. Paired with a pooled result of another model on the same seeds, the
+    standard error over prompts then reflects all the images, not one seed's."""
+    if not results:
+        raise ValueError("pool_evaluations needs at least one evaluation")
+    first = results[0]
+    for r in results[1:]:
+        if r["prompts"] != first["prompts"] or r["images"] != first["images"]:
+            raise ValueError(f"cannot pool evaluations of different sizes: {r['prompts']} prompts / {r['images']} images "
+                             f"vs {first['prompts']} / {first['images']}")
+    n = len(results)
+
+    def avg(values):
+        return sum(values) / n
+
+    return {
+        "am": avg([r["am"] for r in results]),
+        "gm": avg([r["gm"] for r in results]),
+        "by_atom_count": {k: avg([r["by_atom_count"][k] for r in results]) for k in first["by_atom_count"]},
+        "by_skill": {k: avg([r["by_skill"][k] for r in results]) for k in first["by_skill"]},
+        "images": sum(r["images"] for r in results),
+        "prompts": first["prompts"],
+        "per_prompt_gm": [avg(v) for v in zip(*(r["per_prompt_gm"] for r in results))],
+        "per_prompt_skill": [{k: avg([d[k] for d in ds]) for k in ds[0]}
+                             for ds in zip(*(r["per_prompt_skill"] for r in results))],
     }

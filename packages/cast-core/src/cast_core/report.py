@@ -93,8 +93,15 @@ def write_report(run_dir: str | Path) -> Path:
             comparison = json.loads((run / "comparison.json").read_text())
             d = comparison["gm_difference"]
             verdict = paired_verdict(d["z"])
+            seeds = comparison.get("seeds")
+            pooled = f", evaluation seeds {', '.join(map(str, seeds))} pooled" if seeds and len(seeds) > 1 else ""
             parts.append(f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
-                         f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts, z = {d['z']:.1f}): {verdict}.</p>")
+                         f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts{pooled}, z = {d['z']:.1f}): "
+                         f"{verdict}.</p>")
+            if comparison.get("per_seed"):
+                parts.append("<p>Per evaluation seed: " + ", ".join(
+                    f"{r['seed']}: {r['gm_difference']['delta']:+.3f} ± {r['gm_difference']['se']:.3f}"
+                    for r in comparison["per_seed"]) + "</p>")
             if comparison.get("skill_differences"):
                 parts.append("<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
                              + _skill_table(comparison["skill_differences"]))

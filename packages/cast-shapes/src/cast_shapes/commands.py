@@ -105,8 +105,11 @@ def pretrain_command(workdir, steps, threads, export_path, init_weights, lr, dec
 @click.option("--images-per-prompt", "-k", default=4, show_default=True, help="Eval images per held-out prompt.")
 @click.option("--eval-prompts", type=click.IntRange(2, None),
               help="Evaluate on the first N held-out hard prompts only (default: all 96); for a quick look.")
+@click.option("--eval-seeds", default="0,1,2", show_default=True,
+              help="Evaluation seeds, comma-separated: base and trained see the same noise at each, and the "
+                   "paired difference pools them (one seed alone moves it by about ±0.017 here).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a training config key.")
-def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
+def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets):
     """The main job: CAST-train the shapes policy for a few minutes, evaluate base vs trained on
     the held-out hard prompts, and write report.html in the run directory."""
     import json
@@ -116,6 +119,7 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     from cast_core.checkpoints import latest_checkpoint
     from cast_core.commands.progress import progress_bar
     from cast_core.commands.train import build_config
+    from cast_core.comparison import pool_evaluations
     from cast_core.evaluation import (difference_line, evaluate, paired_difference, paired_skill_differences,
                                       paired_verdict, verdict_grid)
     from cast_core.precision import bf16_is_fast
@@ -124,6 +128,13 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     from cast_core.trainer import Trainer
     from cast_shapes.suites import suite
 
+    try:
+        seeds = [int(x) for x in eval_seeds.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{eval_seeds!r} is not a comma-separated list of integers, e.g. 0,1,2",
+                                 param_hint="--eval-seeds") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise click.BadParameter(f"{eval_seeds!r}: give one or more distinct seeds, e.g. 0,1,2", param_hint="--eval-seeds")
     run = Path(out) if out else Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
     # the time budget ends the run, not a step count, unless --set steps=N asks for one
     cfg = build_config("shapes", None, None, None, None, None, None, [f"max_minutes={minutes}", "steps=100000", *sets], None)
@@ -139,33 +150,43 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, sets):
     adapter = latest_checkpoint(run) / "adapter"
     prompts = suite("heldout-hard")[:eval_prompts]
     judge, dec = get_atom_scorer("shapes-oracle"), get_atom_decomposer("template")
-    results = {}
+    results, per_seed = {}, {}
+    n_images = len(prompts) * images_per_prompt
     for i, (name, adapter_dir) in enumerate((("base", None), ("trained", adapter)), 2):
-        click.echo(f"[{i}/3] evaluating {name} on heldout-hard ({len(prompts)} prompts x {images_per_prompt})")
+        click.echo(f"[{i}/3] evaluating {name} on heldout-hard ({len(prompts)} prompts x {images_per_prompt} images, "
+                   f"seeds {', '.join(map(str, seeds))})")
         policy = get_policy("shapes", **cfg.policy_kwargs)  # the training run's device and LoRA shape
         if adapter_dir:
             policy.load_adapter(adapter_dir)
-        with progress_bar(f"{name}: images sampled and scored", len(prompts) * images_per_prompt) as progress:
-            results[name] = evaluate(policy, prompts, judge, dec, images_per_prompt=images_per_prompt,
-                                     num_steps=cfg.num_steps, progress=progress)
-        results[name] |= {"suite": "heldout-hard", "adapter": str(adapter_dir or "")}
+        per_seed[name] = []
+        with progress_bar(f"{name}: images sampled and scored", n_images * len(seeds)) as progress:
+            for j, seed in enumerate(seeds):
+                tick = lambda done, _n, o=j * n_images: progress(o + done, n_images * len(seeds))  # noqa: E731
+                per_seed[name].append(evaluate(policy, prompts, judge, dec, images_per_prompt=images_per_prompt,
+                                               num_steps=cfg.num_steps, seed=seed, progress=tick))
+        results[name] = pool_evaluations(per_seed[name]) | {"suite": "heldout-hard", "adapter": str(adapter_dir or ""),
+                                                            "seeds": seeds}
         (run / f"eval-{name}.json").write_text(json.dumps(results[name], indent=2))
         verdict_grid(policy, prompts[:6], judge, dec, images_per_prompt=6, num_steps=cfg.num_steps).save(run / f"grid-{name}.png")
     b, t = results["base"], results["trained"]
     diff, by_skill = paired_difference(b, t), paired_skill_differences(b, t)
+    seed_rows = [{"seed": seed, "gm_difference": paired_difference(x, y)}
+                 for seed, x, y in zip(seeds, per_seed["base"], per_seed["trained"])]
     (run / "comparison.json").write_text(json.dumps({"base": "eval-base.json", "trained": "eval-trained.json",
-                                                     "gm_difference": diff, "skill_differences": by_skill}, indent=2))
+                                                     "seeds": seeds, "gm_difference": diff, "skill_differences": by_skill,
+                                                     "per_seed": seed_rows}, indent=2))
     report = write_report(run)
     click.echo(f"held-out hard prompts: GM {b['gm']:.3f} -> {t['gm']:.3f}, AM {b['am']:.3f} -> {t['am']:.3f} "
                f"after {trainer.step} steps ({trainer.counters['images_sampled']} images)")
     click.echo(f"paired GM difference {diff['delta']:+.3f} ± {diff['se']:.3f} (standard error over {diff['prompts']} "
-               f"prompts, same noise for both): {paired_verdict(diff['z'])}")
+               f"prompts, {len(seeds)} seed(s) x {images_per_prompt} images each, same noise for both): "
+               f"{paired_verdict(diff['z'])}")
+    click.echo("  per evaluation seed: " + ", ".join(f"{r['seed']}: {r['gm_difference']['delta']:+.3f}" for r in seed_rows))
     click.echo("by skill (mean atom score, trained - base, paired):")
     for skill, d in by_skill.items():
         click.echo("  " + difference_line(skill, d))
     click.echo(f"report: {report}")
-    click.echo(f"one evaluation seed: on the shapes world the seed alone moves this difference by about "
-               f"±0.017 (docs/shapes-rl.md); the mean over five seeds (~8 min here):\n  {compare_hint(adapter, cfg, images_per_prompt)}")
+    click.echo(f"five evaluation seeds, with the mean over seeds (~8 min here):\n  {compare_hint(adapter, cfg, images_per_prompt)}")
 
 
 def compare_hint(adapter, cfg, images_per_prompt: int) -> str:
