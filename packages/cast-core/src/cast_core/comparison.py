@@ -16,11 +16,25 @@ from typing import Any, Callable, Sequence
 
 from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences, paired_stats
 
-__all__ = ["compare_over_seeds", "summarise_seeds", "pool_evaluations"]
+__all__ = ["evaluate_over_seeds", "compare_over_seeds", "summarise_seeds", "pool_evaluations"]
 
 
 def _brief(result: dict[str, Any]) -> dict[str, Any]:
     return {"gm": result["gm"], "am": result["am"], "by_skill": result["by_skill"]}
+
+
+def evaluate_over_seeds(policy, prompts: Sequence[str], scorer, decomposer, *, seeds: Sequence[int],
+                        images_per_prompt: int = 4, num_steps: int = 10,
+                        progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+    """:func:`~cast_core.evaluation.evaluate` once per seed, in order; ``progress(done, total)``
+    counts images over all the seeds."""
+    per_seed = len(prompts) * images_per_prompt
+    total, out = per_seed * len(seeds), []
+    for i, seed in enumerate(seeds):
+        tick = (lambda done, _n, o=i * per_seed: progress(o + done, total)) if progress else None
+        out.append(evaluate(policy, prompts, scorer, decomposer, images_per_prompt=images_per_prompt,
+                            num_steps=num_steps, seed=int(seed), progress=tick))
+    return out
 
 
 def compare_over_seeds(before, after, prompts: Sequence[str], scorer, decomposer, *, seeds: Sequence[int],
@@ -33,18 +47,13 @@ def compare_over_seeds(before, after, prompts: Sequence[str], scorer, decomposer
     seeds = [int(s) for s in seeds]
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
         raise ValueError(f"compare needs at least two distinct seeds (a standard error over seeds), got {seeds}")
-    per_image = len(prompts) * images_per_prompt
-    total, rows = 2 * len(seeds) * per_image, []
-    for i, seed in enumerate(seeds):
-        results = []
-        for j, policy in enumerate((before, after)):
-            offset = (2 * i + j) * per_image
-            tick = (lambda done, _n, o=offset: progress(o + done, total)) if progress else None
-            results.append(evaluate(policy, prompts, scorer, decomposer, images_per_prompt=images_per_prompt,
-                                    num_steps=num_steps, seed=seed, progress=tick))
-        b, a = results
-        rows.append({"seed": seed, "before": _brief(b), "after": _brief(a),
-                     "gm_difference": paired_difference(b, a), "skill_differences": paired_skill_differences(b, a)})
+    runs = []
+    for j, policy in enumerate((before, after)):
+        tick = (lambda done, total, j=j: progress(j * total + done, 2 * total)) if progress else None
+        runs.append(evaluate_over_seeds(policy, prompts, scorer, decomposer, seeds=seeds,
+                                        images_per_prompt=images_per_prompt, num_steps=num_steps, progress=tick))
+    rows = [{"seed": seed, "before": _brief(b), "after": _brief(a), "gm_difference": paired_difference(b, a),
+             "skill_differences": paired_skill_differences(b, a)} for seed, b, a in zip(seeds, *runs)]
     return {"seeds": seeds, "images_per_prompt": images_per_prompt, "prompts": len(prompts),
             "per_seed": rows, "summary": summarise_seeds(rows)}
 

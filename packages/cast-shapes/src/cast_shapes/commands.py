@@ -130,8 +130,9 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
     from cast_core.checkpoints import latest_checkpoint
     from cast_core.commands.progress import progress_bar
     from cast_core.commands.train import build_config
-    from cast_core.comparison import pool_evaluations
-    from cast_core.evaluation import (difference_line, evaluate, paired_difference, paired_skill_differences,
+    from cast_core.commands.inputs import parse_seed_list
+    from cast_core.comparison import evaluate_over_seeds, pool_evaluations
+    from cast_core.evaluation import (difference_line, paired_difference, paired_skill_differences,
                                       paired_verdict, verdict_grid)
     from cast_core.precision import bf16_is_fast
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
@@ -139,21 +140,15 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
     from cast_core.trainer import Trainer
     from cast_shapes.suites import suite
 
-    try:
-        seeds = [int(x) for x in eval_seeds.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{eval_seeds!r} is not a comma-separated list of integers, e.g. 0,1,2",
-                                 param_hint="--eval-seeds") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise click.BadParameter(f"{eval_seeds!r}: give one or more distinct seeds, e.g. 0,1,2", param_hint="--eval-seeds")
+    seeds = parse_seed_list(eval_seeds, "--eval-seeds")
     run = Path(out) if out else Path("runs") / f"demo-{_time.strftime('%Y%m%d-%H%M%S')}"
     # the time budget ends the run, not a step count, unless --set steps=N asks for one
     cfg = build_config("shapes", None, None, None, None, None, None,
                        [f"max_minutes={minutes}", "steps=100000", *DEMO_SETTINGS, *sets], None)
     precision = "bf16 autocast" if cfg.precision == "bf16" else "float32"
     click.echo(f"[1/3] training CAST on the shapes world for {minutes:g} min ({precision}) -> {run}")
-    click.echo("      shapes recipe with train-hard prompts, window steps 2-3 and surplus count maps "
-               "(the best measured at this budget: docs/shapes-rl.md)")
+    click.echo(f"      prompts {cfg.prompts}, window {cfg.window} {cfg.window_kwargs}, scorer {cfg.scorer} "
+               f"{cfg.scorer_kwargs} (DEMO_SETTINGS: the best measured at this budget, docs/shapes-rl.md)")
     if cfg.precision != "bf16" and bf16_is_fast(cfg.policy_kwargs.get("device", "cpu")):
         # float32 stays the default: one 12,800-image bf16 run lost more held-out attribute
         # score than two float32 runs, and one run per arm cannot tell bf16 from seed spread
@@ -172,12 +167,9 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
         policy = get_policy("shapes", **cfg.policy_kwargs)  # the training run's device and LoRA shape
         if adapter_dir:
             policy.load_adapter(adapter_dir)
-        per_seed[name] = []
         with progress_bar(f"{name}: images sampled and scored", n_images * len(seeds)) as progress:
-            for j, seed in enumerate(seeds):
-                tick = lambda done, _n, o=j * n_images: progress(o + done, n_images * len(seeds))  # noqa: E731
-                per_seed[name].append(evaluate(policy, prompts, judge, dec, images_per_prompt=images_per_prompt,
-                                               num_steps=cfg.num_steps, seed=seed, progress=tick))
+            per_seed[name] = evaluate_over_seeds(policy, prompts, judge, dec, seeds=seeds, images_per_prompt=images_per_prompt,
+                                                 num_steps=cfg.num_steps, progress=progress)
         results[name] = pool_evaluations(per_seed[name]) | {"suite": "heldout-hard", "adapter": str(adapter_dir or ""),
                                                             "seeds": seeds}
         (run / f"eval-{name}.json").write_text(json.dumps(results[name], indent=2))

@@ -11,14 +11,9 @@ from cast_core.commands.output import emit_json
 
 
 def _seed_list(ctx, param, value: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in value.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 0,1,2,3,777") from None
-    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
-        raise click.BadParameter(f"{value!r}: give at least two distinct seeds (the error bar is over seeds), "
-                                 "e.g. 0,1,2,3,777")
-    return seeds
+    from cast_core.commands.inputs import parse_seed_list
+
+    return parse_seed_list(value, "--seeds", minimum=2)
 
 
 @click.command("compare")

@@ -80,3 +80,19 @@ def load_adapter_option(policy, directory: str, option: str = "--adapter") -> No
         raise click.BadParameter(
             f"{err}. Pass an adapter directory such as RUN/checkpoints/step-N/adapter, with the training run's "
             "policy_kwargs as --policy-opt KEY=VALUE if it used non-default ones.", param_hint=option) from None
+
+
+def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
+    """``"0,1,2"`` -> ``[0, 1, 2]``: at least ``minimum`` distinct integers, or a usage error on
+    ``option`` that shows the expected form."""
+    import click
+
+    try:
+        seeds = [int(s) for s in value.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 0,1,2",
+                                 param_hint=option) from None
+    if len(seeds) < minimum or len(set(seeds)) != len(seeds):
+        need = "at least two distinct seeds (the error bar is over seeds)" if minimum > 1 else "distinct seeds"
+        raise click.BadParameter(f"{value!r}: give {need}, e.g. 0,1,2", param_hint=option)
+    return seeds
