@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -34,11 +33,10 @@ def test_counts_on_renders_of_known_scenes(monkeypatch):
         "three green triangles": "two green triangles and a blue triangle",  # one in the wrong colour
     }
 
-    def fake_sample(policy, prompts, *, num_steps, generator):
-        images = [torch.from_numpy(render_float(sample_layout(parse_prompt(drawn[p]), seed=0))) for p in prompts]
-        return SimpleNamespace(images=torch.stack(images))
+    def fake_images(policy, prompts, *, num_steps, generator):
+        return torch.stack([torch.from_numpy(render_float(sample_layout(parse_prompt(drawn[p]), seed=0))) for p in prompts])
 
-    monkeypatch.setattr("cast_core.evaluation.sample", fake_sample)
+    monkeypatch.setattr("cast_core.evaluation.ode_images", fake_images)
     row = load_script().count_objects(None, list(drawn), images_per_prompt=2, num_steps=1, seed=0, batch_size=3)
     assert row["images"] == 10
     assert row["objects_per_image"] == pytest.approx((2 + 1 + 1 + 3 + 3) / 5)

@@ -1,6 +1,7 @@
 """`cast decompose` and `cast score` against test components (the real ones are plugins)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -168,6 +169,24 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
     assert json.loads(same.stdout)["summary"]["gm"] == {"delta": 0.0, "se": 0.0, "n": 2, "z": 0.0}
     one = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "7"])
     assert one.exit_code == 2 and "at least two distinct seeds" in one.output
+
+
+@pytest.mark.parametrize("value, seeds", [("0,1,2", [0, 1, 2]), ("0-3,777", [0, 1, 2, 3, 777]), (" 5 , 2-3 ", [5, 2, 3])])
+def test_seed_lists_take_ranges(value, seeds):
+    from cast_core.commands.inputs import parse_seed_list
+
+    assert parse_seed_list(value, "--seeds") == seeds
+
+
+@pytest.mark.parametrize("value, message", [("0,x", "'x' is not a seed or a range"), ("3-1", "runs backwards; write 1-3"),
+                                            ("0-2,1", "distinct seeds"), ("-1", "'-1' is not a seed")])
+def test_bad_seed_lists_say_what_is_wrong(value, message):
+    import click
+
+    from cast_core.commands.inputs import parse_seed_list
+
+    with pytest.raises(click.BadParameter, match=re.escape(message)):
+        parse_seed_list(value, "--seeds")
 
 
 @pytest.mark.parametrize("command", ["eval", "compare", "sample"])

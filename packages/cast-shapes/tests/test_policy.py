@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cast_core.sampling import sample
+from cast_core.sampling import ode_images, sample
 from cast_core.testing import PolicyConformance
 from cast_shapes.policy import ShapesPolicy
 from cast_shapes.sampling_ode import ode_sample
@@ -59,6 +59,56 @@ def test_sampling_is_deterministic_with_a_seed(random_weights):
     b = sample(policy, ["a red circle"] * 2, num_steps=4, generator=torch.Generator().manual_seed(7)).images
     c = sample(policy, ["a red circle"] * 2, num_steps=4, generator=torch.Generator().manual_seed(8)).images
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def _perturb_adapter(policy, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+
+
+def _sample_both(policy, prompts, seed=3):
+    plain = sample(policy, prompts, num_steps=4, generator=torch.Generator().manual_seed(seed)).images
+    fast = ode_images(policy, prompts, num_steps=4, generator=torch.Generator().manual_seed(seed))
+    return plain, fast
+
+
+def test_inference_is_exact_for_the_base_and_folds_a_trained_adapter(random_weights):
+    policy = ShapesPolicy(random_weights)
+    prompts = ["a red circle", "two blue squares left of a green triangle"]
+    plain, fast = _sample_both(policy, prompts)
+    assert torch.equal(plain, fast)  # a zero adapter is not folded: bit for bit the base
+    _perturb_adapter(policy)
+    frozen = {k: v.clone() for k, v in policy.net.state_dict().items()}
+    plain, fast = _sample_both(policy, prompts)
+    with policy.reference():
+        base = sample(policy, prompts, num_steps=4, generator=torch.Generator().manual_seed(3)).images
+    assert not torch.allclose(plain, base, atol=1e-3)  # the adapter matters...
+    torch.testing.assert_close(fast, plain, atol=1e-5, rtol=0)  # ...and folding it changes rounding only
+    after = policy.net.state_dict()
+    assert all(torch.equal(frozen[k], after[k]) for k in frozen)  # weights restored bit for bit
+    assert all(p.requires_grad for p in policy.trainable_parameters())
+
+
+def test_inference_restores_the_weights_on_error_and_respects_reference(random_weights):
+    policy = ShapesPolicy(random_weights)
+    _perturb_adapter(policy, seed=1)
+    frozen = {k: v.clone() for k, v in policy.net.state_dict().items()}
+    with pytest.raises(RuntimeError, match="boom"):
+        with policy.inference():
+            raise RuntimeError("boom")
+    after = policy.net.state_dict()
+    assert all(torch.equal(frozen[k], after[k]) for k in frozen)
+    x = torch.randn(2, policy.cfg.grid ** 2, policy.cfg.channels, generator=torch.Generator().manual_seed(0))
+    cond = policy.encode(["a red circle"] * 2)
+    with policy.reference():
+        ref = policy.velocity(x, torch.tensor(0.5), cond)
+        with policy.inference():  # the adapter is off already: nothing to fold, and it stays off
+            inner = policy.velocity(x, torch.tensor(0.5), cond)
+        again = policy.velocity(x, torch.tensor(0.5), cond)
+    assert torch.equal(ref, inner) and torch.equal(ref, again)
+    assert not torch.allclose(policy.velocity(x, torch.tensor(0.5), cond), ref, atol=1e-4)
 
 
 def test_shipped_weights_draw_a_recognisable_red_circle():

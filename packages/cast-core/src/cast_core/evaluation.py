@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from cast_core.aggregate import arithmetic_mean, geometric_mean
-from cast_core.sampling import sample
+from cast_core.sampling import ode_images
 from cast_core.trainer import seed_for
 
 
@@ -33,7 +33,7 @@ def eval_batches(policy, prompts: Sequence[str], *, images_per_prompt: int, num_
     for start in range(0, len(jobs), batch_size):
         chunk = jobs[start:start + batch_size]
         gen = torch.Generator().manual_seed(seed_for(seed, "eval", start))
-        yield start, chunk, sample(policy, [p for _, p in chunk], num_steps=num_steps, generator=gen).images
+        yield start, chunk, ode_images(policy, [p for _, p in chunk], num_steps=num_steps, generator=gen)
 
 
 def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
@@ -163,7 +163,7 @@ def verdict_grid(policy, prompts: Sequence[str], scorer, decomposer, *, images_p
     rows = []
     for i, prompt in enumerate(prompts):
         gen = torch.Generator().manual_seed(seed_for(seed, "grid", i))
-        images = sample(policy, [prompt] * images_per_prompt, num_steps=num_steps, generator=gen).images
+        images = ode_images(policy, [prompt] * images_per_prompt, num_steps=num_steps, generator=gen)
         graph = decomposer.decompose(prompt)
         scores = scorer.score(images, [graph] * images_per_prompt).scores
         rows.append((prompt, sample_grid(images, graph, scores)))

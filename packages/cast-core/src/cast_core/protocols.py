@@ -38,7 +38,10 @@ class Policy(Protocol):
     Optional extras, read with ``getattr`` where used: ``identity`` (a string for caches),
     ``calibration_prompts`` (what window measurement samples) and ``window_defaults`` (a dict of
     ``embedder`` / ``method`` / ``level`` for ``cast window``: a policy knows which embedder sees
-    its images' structure — CLIP for natural images, ``shapes-scene`` for the shapes world).
+    its images' structure — CLIP for natural images, ``shapes-scene`` for the shapes world),
+    and ``inference()`` (a context for gradient-free sampling that may trade bit-exactness for
+    speed, e.g. by folding a LoRA adapter into the weights; used by
+    :func:`cast_core.sampling.ode_images`, never by training's sampler).
     """
 
     default_image_size: tuple[int, int]

@@ -89,6 +89,40 @@ class ShapesPolicy:
         finally:
             self.net.transformer.enable_adapters()
 
+    @contextlib.contextmanager
+    def inference(self) -> Iterator[None]:
+        """Gradient-free forward passes at the bare network's speed, for evaluation and grids.
+
+        peft's LoRA path costs a third of a sampling step on CPU here (two small matmuls, a cast
+        and an add per targeted layer): folding the adapter into the base weights (``W + s·B·A``)
+        and switching the path off samples about 1.45x faster. The base weights are *copied back*
+        on exit, not un-merged by subtraction, which would leave rounding drift in the frozen
+        model. A zero adapter (the base model) is not folded at all, so base evaluations are bit
+        for bit those of :meth:`velocity`; a trained one differs from it by float rounding only.
+        That is why training never samples under it: the update must recompute exactly the
+        sampled log-probs. Inside :meth:`reference` (adapter already off) it changes nothing."""
+        transformer = self.net.transformer
+        layers = [m for m in transformer.modules() if hasattr(m, "get_delta_weight") and hasattr(m, "base_layer")]
+        if not layers or any(getattr(m, "disable_adapters", False) for m in layers):
+            yield
+            return
+        saved: list[tuple[torch.nn.Module, torch.Tensor]] = []
+        try:
+            with torch.no_grad():
+                for m in layers:
+                    delta = sum(m.get_delta_weight(name) for name in m.active_adapters if name in m.lora_A)
+                    if isinstance(delta, torch.Tensor) and torch.count_nonzero(delta):
+                        weight = m.base_layer.weight
+                        saved.append((m, weight.detach().clone()))
+                        weight.add_(delta.to(weight.dtype))
+            transformer.disable_adapters()
+            yield
+        finally:
+            transformer.enable_adapters()
+            with torch.no_grad():
+                for m, weight in saved:
+                    m.base_layer.weight.copy_(weight)
+
     def save_adapter(self, directory: str | Path) -> None:
         from peft.utils import get_peft_model_state_dict
         from safetensors.torch import save_file

@@ -83,16 +83,26 @@ def load_adapter_option(policy, directory: str, option: str = "--adapter") -> No
 
 
 def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
-    """``"0,1,2"`` -> ``[0, 1, 2]``: at least ``minimum`` distinct integers, or a usage error on
-    ``option`` that shows the expected form."""
+    """``"0,1,2"`` or ``"0-9,777"`` -> the seeds in order: at least ``minimum`` distinct
+    non-negative integers (``a-b`` is the inclusive range), or a usage error on ``option`` that
+    shows the expected form."""
     import click
 
-    try:
-        seeds = [int(s) for s in value.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers, e.g. 0,1,2",
-                                 param_hint=option) from None
+    form = "e.g. 0,1,2 or 0-9,777"
+    seeds: list[int] = []
+    for piece in (s.strip() for s in value.split(",")):
+        if not piece:
+            continue
+        low, dash, high = piece.partition("-")
+        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+            raise click.BadParameter(f"{value!r}: {piece!r} is not a seed or a range of seeds, {form}",
+                                     param_hint=option)
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise click.BadParameter(f"{value!r}: the range {piece!r} runs backwards; write {last}-{first}",
+                                     param_hint=option)
+        seeds += range(first, last + 1)
     if len(seeds) < minimum or len(set(seeds)) != len(seeds):
         need = "at least two distinct seeds (the error bar is over seeds)" if minimum > 1 else "distinct seeds"
-        raise click.BadParameter(f"{value!r}: give {need}, e.g. 0,1,2", param_hint=option)
+        raise click.BadParameter(f"{value!r}: give {need}, {form}", param_hint=option)
     return seeds

@@ -23,14 +23,14 @@ def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opt
 
     from cast_core.commands.inputs import load_adapter_option, policy_kwargs
     from cast_core.registry import get_policy
-    from cast_core.sampling import sample
+    from cast_core.sampling import ode_images
     from cast_core.viz import _to_pil
 
     pol = get_policy(policy, **policy_kwargs(policy_opts))
     if adapter:
         load_adapter_option(pol, adapter)
     gen = torch.Generator().manual_seed(seed)
-    imgs = sample(pol, [prompt] * images, num_steps=steps, generator=gen).images
+    imgs = ode_images(pol, [prompt] * images, num_steps=steps, generator=gen)
     tiles = [_to_pil(img, 1) for img in imgs]
     canvas = Image.new("RGB", (sum(t.width for t in tiles), tiles[0].height), "white")
     for i, t in enumerate(tiles):
