@@ -56,10 +56,16 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert [r["seed"] for r in rows] == [0, 5] and comparison["seeds"] == [0, 5]
     assert gm["delta"] == pytest.approx(sum(r["gm_difference"]["delta"] for r in rows) / 2, abs=1e-12)
     assert "per evaluation seed: 0: " in out.output
+    deltas = [r["gm_difference"]["delta"] for r in rows]
+    over = comparison["over_seeds"]
+    assert over["n"] == 2 and over["delta"] == pytest.approx(sum(deltas) / 2, abs=1e-12)
+    assert over["se"] == pytest.approx(abs(deltas[0] - deltas[1]) / 2, abs=1e-12)  # sd/√2 of two values
+    assert f"mean over the 2 seeds {over['delta']:+.3f} ± {over['se']:.3f} (s.e. over seeds)" in out.output
     assert set(comparison["skill_differences"]) <= set(base["by_skill"])
     assert "paired GM difference" in out.output and "by skill" in out.output
     adapter = run / "checkpoints" / "step-00001" / "adapter"
-    assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-hard" in out.output
+    assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-hard --seeds 6-15" in out.output
     html = (run / "report.html").read_text()
     assert "Paired GM difference" in html and "evaluation seeds 0, 5 pooled" in html and "Per evaluation seed" in html
+    assert "Mean over the 2 seeds" in html
     assert "Paired GM difference" in html and (run / "grid-base.png").is_file() and (run / "grid-trained.png").is_file()

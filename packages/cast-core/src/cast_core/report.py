@@ -102,6 +102,10 @@ def write_report(run_dir: str | Path) -> Path:
                 parts.append("<p>Per evaluation seed: " + ", ".join(
                     f"{r['seed']}: {r['gm_difference']['delta']:+.3f} ± {r['gm_difference']['se']:.3f}"
                     for r in comparison["per_seed"]) + "</p>")
+            if comparison.get("over_seeds"):
+                o = comparison["over_seeds"]
+                parts.append(f"<p>Mean over the {o['n']} seeds: {o['delta']:+.3f} ± {o['se']:.3f} (standard error "
+                             f"over seeds, z = {o['z']:.1f}): {paired_verdict(o['z'])}.</p>")
             if comparison.get("skill_differences"):
                 parts.append("<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
                              + _skill_table(comparison["skill_differences"]))

@@ -134,7 +134,7 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
     from cast_core.commands.inputs import parse_seed_list
     from cast_core.comparison import evaluate_over_seeds, pool_evaluations
     from cast_core.evaluation import (difference_line, paired_difference, paired_skill_differences,
-                                      paired_verdict, verdict_grid)
+                                      paired_stats, paired_verdict, verdict_grid)
     from cast_core.precision import bf16_is_fast
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
     from cast_core.report import write_report
@@ -179,9 +179,10 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
     diff, by_skill = paired_difference(b, t), paired_skill_differences(b, t)
     seed_rows = [{"seed": seed, "gm_difference": paired_difference(x, y)}
                  for seed, x, y in zip(seeds, per_seed["base"], per_seed["trained"])]
+    over_seeds = paired_stats([r["gm_difference"]["delta"] for r in seed_rows]) if len(seeds) > 1 else None
     (run / "comparison.json").write_text(json.dumps({"base": "eval-base.json", "trained": "eval-trained.json",
                                                      "seeds": seeds, "gm_difference": diff, "skill_differences": by_skill,
-                                                     "per_seed": seed_rows}, indent=2))
+                                                     "per_seed": seed_rows, "over_seeds": over_seeds}, indent=2))
     report = write_report(run)
     click.echo(f"held-out hard prompts: GM {b['gm']:.3f} -> {t['gm']:.3f}, AM {b['am']:.3f} -> {t['am']:.3f} "
                f"after {trainer.step} steps ({trainer.counters['images_sampled']} images)")
@@ -189,16 +190,22 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
                f"prompts, {len(seeds)} seed(s) x {images_per_prompt} images each, same noise for both): "
                f"{paired_verdict(diff['z'])}")
     click.echo("  per evaluation seed: " + ", ".join(f"{r['seed']}: {r['gm_difference']['delta']:+.3f}" for r in seed_rows))
+    if over_seeds:
+        click.echo(f"  mean over the {len(seeds)} seeds {over_seeds['delta']:+.3f} ± {over_seeds['se']:.3f} "
+                   f"(s.e. over seeds): {paired_verdict(over_seeds['z'])}")
     click.echo("by skill (mean atom score, trained - base, paired):")
     for skill, d in by_skill.items():
         click.echo("  " + difference_line(skill, d))
     click.echo(f"report: {report}")
-    click.echo(f"five evaluation seeds, with the mean over seeds (~8 min here):\n  {compare_hint(adapter, cfg, images_per_prompt)}")
+    fresh = f"{max(seeds) + 1}-{max(seeds) + 10}"
+    click.echo(f"to check the adapter on ten evaluation seeds the demo did not use (~7 min here):\n"
+               f"  {compare_hint(adapter, cfg, images_per_prompt)} --seeds {fresh}")
 
 
 def compare_hint(adapter, cfg, images_per_prompt: int) -> str:
     """The ``cast compare`` command line that measures this run's adapter on all held-out hard
-    prompts over five seeds, with the run's policy_kwargs (device, LoRA shape) so that it loads."""
+    prompts, with the run's policy_kwargs (device, LoRA shape) so that it loads; the caller adds
+    the seeds."""
     import json
 
     opts = "".join(f" --policy-opt '{k}={json.dumps(v)}'" for k, v in sorted(cfg.policy_kwargs.items()))
