@@ -198,7 +198,7 @@ def demo_command(minutes, out, images_per_prompt, eval_prompts, eval_seeds, sets
         click.echo("  " + difference_line(skill, d))
     click.echo(f"report: {report}")
     fresh = f"{max(seeds) + 1}-{max(seeds) + 10}"
-    click.echo(f"to check the adapter on ten evaluation seeds the demo did not use (~7 min here):\n"
+    click.echo(f"to check the adapter on ten evaluation seeds the demo did not use (~8 min here):\n"
                f"  {compare_hint(adapter, cfg, images_per_prompt)} --seeds {fresh}")
 
 
