@@ -50,11 +50,12 @@ def test_step_signal_on_the_fake_policy(tmp_path):
 def test_identical_batches_agree_exactly_at_every_step(tmp_path, monkeypatch):
     """Same prompts and noise for every batch: each step's gradients are the same vector, so the
     cosine is 1 — what separates the steps in a real run is the batches' independence only."""
-    import cast_core.trainer as trainer_module
+    import cast_core.seeding as seeding
 
     trainer = Trainer(fake_config(num_steps=3), tmp_path / "run", log=quiet)
     monkeypatch.setattr(trainer, "pick_prompts", lambda step: ["a red circle", "a blue square"])
-    monkeypatch.setattr(trainer_module, "seed_for", lambda *parts: 1234)
+    real = seeding.seed_for
+    monkeypatch.setattr(seeding, "seed_for", lambda seed, step, *rest: real(seed, 1234, *rest))  # every batch is step 1234
     result = step_signal(trainer, batches=3)
     assert result.cosine == pytest.approx([1.0, 1.0, 1.0], abs=1e-6)
     assert signal_steps(result) == [0, 1, 2]
@@ -95,7 +96,7 @@ def test_x0_heatmaps_are_scored_per_step(tmp_path):
 def test_window_signal_compares_whole_window_gradients(tmp_path, monkeypatch):
     """Independent batches give a finite cosine and leave the parameters alone; identical
     batches give the same whole-window gradient, cosine exactly 1."""
-    import cast_core.trainer as trainer_module
+    import cast_core.seeding as seeding
     from cast_core.gradient_signal import window_signal
     from cast_core.types import Window
 
@@ -106,7 +107,8 @@ def test_window_signal_compares_whole_window_gradients(tmp_path, monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
     assert all(p.grad is None for p in trainer.params)
     monkeypatch.setattr(trainer, "pick_prompts", lambda step: ["a red circle", "a blue square"])
-    monkeypatch.setattr(trainer_module, "seed_for", lambda *parts: 99)
+    real = seeding.seed_for
+    monkeypatch.setattr(seeding, "seed_for", lambda seed, step, *rest: real(seed, 99, *rest))
     assert window_signal(trainer, Window(1, 2), batches=3)["cosine"] == pytest.approx(1.0, abs=1e-6)
     with pytest.raises(ValueError, match="do not fit"):
         window_signal(trainer, Window(3, 2), batches=2)

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from cast_core import Window
-from cast_core.sampling import concat_rollouts, sample, select_rows
+from cast_core.conditioning import select_rows
+from cast_core.sampling import concat_rollouts, sample
 from cast_core.sde import sde_step
 from cast_core.testing import FakePolicy
 
@@ -64,4 +65,45 @@ def test_chunked_rollouts_concatenate():
              sample(policy, PROMPTS[2:], num_steps=3, window=Window(0, 1), generator=gen)]
     whole = concat_rollouts(parts)
     assert whole.prompts == PROMPTS and whole.latents.shape[0] == 3 and whole.conditioning.shape[0] == 3
-    assert torch.equal(select_rows({"a": whole.conditioning, "b": (whole.conditioning,)}, [2])["b"][0], whole.conditioning[[2]])
+    assert torch.equal(select_rows(whole.conditioning, [2]), whole.conditioning[[2]])
+
+
+def test_per_sample_generators_make_images_independent_of_the_batch():
+    """With one generator per sample, a sample's image is the same alone, in a batch, or in
+    another position (float tolerance: the batch size may change the matmul kernels)."""
+    policy = FakePolicy()
+    w = Window(1, 2)
+    gens = lambda seeds: [torch.Generator().manual_seed(s) for s in seeds]  # noqa: E731
+    batch = sample(policy, PROMPTS, num_steps=4, window=w, eta=0.8, generator=gens([10, 11, 12]))
+    alone = sample(policy, PROMPTS[2:], num_steps=4, window=w, eta=0.8, generator=gens([12]))
+    swapped = sample(policy, PROMPTS[::-1], num_steps=4, window=w, eta=0.8, generator=gens([12, 11, 10]))
+    torch.testing.assert_close(alone.images[0], batch.images[2], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(swapped.images.flip(0), batch.images, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(swapped.log_probs.flip(0), batch.log_probs, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="2 generators for 3 samples"):
+        sample(policy, PROMPTS, num_steps=4, generator=gens([1, 2]))
+
+
+def test_decode_in_chunks_is_decode():
+    policy = FakePolicy()
+    whole = sample(policy, PROMPTS, num_steps=3, generator=torch.Generator().manual_seed(0))
+    chunked = sample(policy, PROMPTS, num_steps=3, generator=torch.Generator().manual_seed(0), decode_batch_size=2)
+    assert torch.equal(whole.images, chunked.images)
+
+
+def test_image_size_reaches_encode_velocity_and_decode():
+    class Recording(FakePolicy):
+        seen: list = []
+
+        def encode(self, prompts, image_size=None):
+            self.seen.append(("encode", image_size))
+            return super().encode(prompts, image_size)
+
+        def velocity(self, latents, sigma, cond, image_size=None):
+            self.seen.append(("velocity", image_size))
+            return super().velocity(latents, sigma, cond, image_size)
+
+    policy = Recording(image_size=(8, 16))
+    out = sample(policy, PROMPTS, num_steps=2, image_size=(8, 16), generator=torch.Generator().manual_seed(0))
+    assert out.images.shape == (3, 3, 8, 16)
+    assert set(policy.seen) == {("encode", (8, 16)), ("velocity", (8, 16))}

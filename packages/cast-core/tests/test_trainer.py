@@ -164,14 +164,14 @@ def test_non_finite_loss_skips_the_update(tmp_path):
     logs = []
     trainer = Trainer(fake_config(steps=2, sample_every=0), tmp_path / "run", log=logs.append)
     before = [p.detach().clone() for p in trainer.params]
-    real = trainer.log_prob
+    real = trainer.updater.log_prob
 
     def poisoned(*args):
         step = real(*args)
         step.log_prob = step.log_prob * float("nan")
         return step
 
-    trainer.log_prob = poisoned
+    trainer.updater.log_prob = poisoned
     trainer.run()
     assert trainer.counters["skipped_updates"] == 2
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
@@ -188,10 +188,9 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
                 "window_start": 0, "window_size": 9}, "test")  # late steps: large ratios, clipping active
     trainer = Trainer(cfg, tmp_path / "run", log=quiet)
     prompts = trainer.pick_prompts(0)
-    batch = [p for p in prompts for _ in range(cfg.group_size)]
-    gen = torch.Generator().manual_seed(0)
-    rollout = trainer.rollout(batch, trainer.window_for(0, prompts), gen)
-    kept, adv, _ = trainer.score_groups(prompts, rollout)
+    rollout = trainer.rollout(prompts, trainer.window_for(0, prompts), 0)
+    rows, ids, adv, kept, _ = trainer.score_groups(prompts, rollout)
+    assert rows == list(range(len(rollout.prompts)))
     with torch.no_grad():  # move off-policy so that ratios and clipping matter
         for p in trainer.params:
             p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
@@ -205,7 +204,7 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
         r = np.exp(lp.mean(dim=(1, 2)).numpy().astype(np.float64) - rollout.log_probs[:, t].mean(1).numpy())
         unclipped, clipped = -a * r, -a * np.clip(r, 1 - cfg.clip_range, 1 + cfg.clip_range)
         expected.append(np.mean(np.maximum(unclipped, clipped)))
-    got = trainer.update(rollout, kept, adv, gen)
+    got = trainer.update(rollout, rows, ids, adv, kept)
     assert got["loss"] == pytest.approx(float(np.mean(expected)), rel=1e-4, abs=1e-7)
     assert got["clip_fraction"] > 0
 
@@ -299,7 +298,7 @@ def test_heatmaps_come_from_the_image_heatmap_source_names(tmp_path, source):
     trainer = Trainer(fake_config(steps=1, prompts_per_step=1, heatmap_source=source), tmp_path / "run", log=quiet)
     trainer.scorer = RecordingScorer()
     window = trainer.window_for(1, ["a red circle"])
-    rollout = trainer.rollout(["a red circle"] * 8, window, torch.Generator().manual_seed(0))
+    rollout = trainer.rollout(["a red circle"], window, 0)
     trainer.score_groups(["a red circle"], rollout)
     calls = trainer.scorer.calls
     assert torch.equal(calls[0][0], rollout.images)  # verdicts always judge the final images
@@ -309,7 +308,7 @@ def test_heatmaps_come_from_the_image_heatmap_source_names(tmp_path, source):
         # the maps: x̂0 before the window's first action, decoded — a function of the state only
         assert rollout.x0.shape[1] == 1 and len(calls) == 2 and calls[0][1] is False and calls[1][1] is True
         assert torch.equal(calls[1][0], trainer.policy.decode(rollout.x0[:, 0]))
-        full = trainer.rollout(["a red circle"] * 8, window, torch.Generator().manual_seed(0))
+        full = trainer.rollout(["a red circle"], window, 0)
         assert torch.equal(full.images, rollout.images)
 
 
@@ -324,9 +323,8 @@ def test_x0_heatmaps_train_the_fake_policy(tmp_path):
 @pytest.mark.parametrize("mode", ["independent", "shared"])
 def test_group_noise_shares_the_starting_point_of_a_group(tmp_path, mode):
     trainer = Trainer(fake_config(group_noise=mode, group_size=4), tmp_path / mode, log=quiet)
-    prompts = [p for p in PROMPTS[:2] for _ in range(4)]
-    window = trainer.window_for(0, prompts)
-    out = trainer.rollout(prompts, window, torch.Generator().manual_seed(0), x0_steps=(0,))
+    window = trainer.window_for(0, PROMPTS[:2])
+    out = trainer.rollout(PROMPTS[:2], window, 0, x0_steps=(0,))
     x0 = out.x0[:, 0]  # Tweedie estimate at step 0: a function of the starting noise only
     same_in_group = [torch.equal(x0[g * 4], x0[g * 4 + j]) for g in range(2) for j in range(1, 4)]
     assert all(same_in_group) == (mode == "shared") and any(same_in_group) == (mode == "shared")
@@ -347,9 +345,8 @@ def test_block_noise_trains_on_policy_and_explores_block_constant_moves(tmp_path
 
     cfg = fake_config(noise_block=4)
     trainer = Trainer(cfg, tmp_path / "probe", log=quiet)
-    prompts = [p for p in PROMPTS[:2] for _ in range(4)]
-    window = trainer.window_for(0, prompts)
-    out = trainer.rollout(prompts, window, torch.Generator().manual_seed(0))
+    window = trainer.window_for(0, PROMPTS[:2])
+    out = trainer.rollout(PROMPTS[:2], window, 0)
     sig = out.sigmas
     for t, si in enumerate(out.step_indices):
         step = trainer.log_prob(out.latents[:, t], out.next_latents[:, t], sig[si], sig[si + 1], out.conditioning, sig[1])
@@ -392,7 +389,7 @@ def test_bf16_precision_autocasts_sampling_and_update_and_stays_on_policy(tmp_pa
     rollouts = {}
     for precision in ("no", "bf16"):
         trainer = Trainer(fake_config(precision=precision), tmp_path / precision, log=quiet)
-        rollouts[precision] = trainer.rollout(PROMPTS[:2], Window(0, 3), torch.Generator().manual_seed(0)).log_probs
+        rollouts[precision] = trainer.rollout(PROMPTS[:2], Window(0, 3), 0).log_probs
     assert not torch.equal(rollouts["no"], rollouts["bf16"])
     assert torch.allclose(rollouts["no"], rollouts["bf16"], rtol=0.05, atol=0.5)
     run = tmp_path / "run"

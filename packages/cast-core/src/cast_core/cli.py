@@ -132,3 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     _warn_failures()
     cli.main(args=argv, prog_name="cast")
+
+
+if __name__ == "__main__":  # `python -m cast_core.cli`: what `cast train --num-processes N` starts per process
+    main()

@@ -65,7 +65,13 @@ class TrainConfig:
                           choices=("independent", "shared"))
     noise_block: int = _f(1, "SDE noise shared by runs of this many consecutive latent channels (1 = Flow-GRPO's "
                           "white noise; for the shapes policy 16 = one value per patch and colour)", low=1, high=100_000)
-    sample_batch_size: int = _f(0, "images per sampling forward pass; 0 = all at once", low=0, high=100_000)
+    sample_batch_size: int = _f(0, "images per sampling forward pass (per process); 0 = all at once", low=0, high=100_000)
+    decode_batch_size: int = _f(0, "latents per decode call (the VAE of a large model needs chunks); 0 = all at once",
+                                low=0, high=100_000)
+    prompt_cache_size: int = _f(4096, "prompt embeddings kept (on the CPU) between steps; 0 = unbounded", low=0,
+                                high=10_000_000)
+    offload_text_encoder: bool = _f(False, "encode every training prompt at the start, then let the policy release "
+                                    "its text encoder (offload_text_encoder())")
     # -- advantages ---------------------------------------------------------------------------
     gating: str = _f("soft", "DSG gating of child atoms", choices=("soft", "hard"))
     lam: float = _f(1.0, "weight of the prompt-level advantage in the spatial map", low=0.0, high=100.0)
@@ -82,7 +88,12 @@ class TrainConfig:
     clip_range: float = _f(1e-4, "PPO clip range ε", low=0.0, high=1.0, low_open=True)
     beta: float = _f(0.0, "KL weight against the adapter-free reference", low=0.0, high=1e3)
     inner_epochs: int = _f(1, "passes over each batch of samples", low=1, high=100)
-    minibatch_size: int = _f(0, "samples per optimizer step; 0 = the whole step's batch", low=0, high=100_000)
+    minibatch_size: int = _f(0, "samples per optimizer step, over all processes; 0 = the whole step's batch",
+                             low=0, high=100_000)
+    micro_batch_size: int = _f(0, "samples per forward/backward pass on one process; gradients accumulate up to "
+                               "minibatch_size (same update, less memory); 0 = the whole minibatch", low=0, high=100_000)
+    gradient_checkpointing: bool = _f(False, "recompute the policy's activations in the backward pass "
+                                      "(enable_gradient_checkpointing())")
     # -- optimizer ----------------------------------------------------------------------------
     lr: float = _f(1e-4, "AdamW learning rate", low=0.0, high=1.0, low_open=True)
     weight_decay: float = _f(0.0, "AdamW weight decay", low=0.0, high=1.0)
@@ -96,7 +107,11 @@ class TrainConfig:
     steps: int = _f(100, "training steps", low=1, high=10_000_000)
     max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)
     seed: int = _f(0, "seed of every random choice (prompts, noise, windows)", low=0, high=2**63 - 1)
-    precision: str = _f("no", "bf16 = autocast the policy's forward passes (sampling and update); weights, optimizer and SDE maths stay float32", choices=("no", "bf16"))
+    precision: str = _f("no", "bf16 = autocast the policy's forward passes (sampling and update); the trainable "
+                        "adapter, optimizer and SDE maths stay float32", choices=("no", "bf16"))
+    base_dtype: str = _f("float32", "dtype of the policy's frozen base weights (passed as torch_dtype); bfloat16 halves "
+                         "their memory and needs precision = \"bf16\"; the adapter stays float32",
+                         choices=("float32", "bfloat16"))
     cpu: bool = _f(False, "accelerate's cpu flag; where the policy runs is policy_kwargs' device (e.g. device=\"cuda\")")
     log_every: int = _f(1, "write metrics every N steps", low=1, high=1_000_000)
     sample_every: int = _f(10, "write a sample grid every N steps; 0 = never", low=0, high=1_000_000)
@@ -111,6 +126,11 @@ class TrainConfig:
             raise ConfigError(
                 f"window_start={self.window_start} + window_size={self.window_size} exceeds "
                 f"num_steps={self.num_steps}; the window must fit the schedule"
+            )
+        if self.base_dtype == "bfloat16" and self.precision != "bf16":
+            raise ConfigError(
+                'base_dtype = "bfloat16" needs precision = "bf16" (float32 activations cannot meet bfloat16 '
+                'weights); add --set precision=\"bf16\"'
             )
         return self
 

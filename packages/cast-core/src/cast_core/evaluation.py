@@ -15,7 +15,7 @@ import torch
 
 from cast_core.aggregate import arithmetic_mean, geometric_mean
 from cast_core.sampling import ode_images
-from cast_core.trainer import seed_for
+from cast_core.seeding import seed_for
 
 
 def skill_of(atom) -> str:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from cast_core.sampling import select_rows
+from cast_core.conditioning import select_rows
 from cast_core.types import Window
 
 __all__ = ["StepSignal", "pairwise_cosine", "step_signal", "signal_steps", "window_signal"]
@@ -91,18 +91,15 @@ def signal_steps(signal: StepSignal, z: float = 3.0) -> list[int]:
 
 def _draw_batch(trainer: Any, step: int, window: Window, x0_steps: tuple[int, ...] | None):
     """One batch as training step ``step`` would draw it: rollout, verdicts, kept rows, advantages, GM."""
-    from cast_core.trainer import reward_stats, seed_for
+    from cast_core.judging import reward_stats
 
-    cfg = trainer.config
     prompts = trainer.pick_prompts(step)
-    batch = [p for p in prompts for _ in range(cfg.group_size)]
-    gen = torch.Generator().manual_seed(seed_for(cfg.seed, step, "noise"))
-    rollout = trainer.rollout(batch, window, gen, x0_steps=x0_steps)
-    judged = trainer.judge(prompts, rollout)
-    kept, adv, _ = trainer.advantages(judged, rollout)
+    rollout = trainer.rollout(prompts, window, step, x0_steps=x0_steps)
+    verdicts = trainer.judge(prompts, rollout)
+    kept, _, adv, _, _ = trainer.advantages(verdicts, rollout)
     if not kept:
         raise RuntimeError(f"step {step}: the scorer could not judge any group")
-    return rollout, judged, kept, adv, float(reward_stats(judged)["reward_gm"])
+    return rollout, verdicts, kept, adv, float(reward_stats(verdicts)["reward_gm"])
 
 
 def _step_loss(trainer: Any, rollout, rows: torch.Tensor, cond, t: int, adv: torch.Tensor) -> torch.Tensor:
@@ -146,7 +143,7 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
             p.grad = None
         for t in range(len(rollout.step_indices)):
             if per_step_maps and t > 0:  # verdicts once; only the maps change per step
-                kept_t, adv, _ = trainer.advantages(judged, rollout, x0_index=t)
+                kept_t, _, adv, _, _ = trainer.advantages(judged, rollout, x0_index=t)
                 if kept_t != kept:
                     raise RuntimeError(f"batch {b}: the scorer judged different groups at step {t}")
             _step_loss(trainer, rollout, rows, cond, t, adv).backward()

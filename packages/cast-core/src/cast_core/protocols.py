@@ -39,15 +39,33 @@ class Policy(Protocol):
     ``calibration_prompts`` (what window measurement samples) and ``window_defaults`` (a dict of
     ``embedder`` / ``method`` / ``level`` for ``cast window``: a policy knows which embedder sees
     its images' structure — CLIP for natural images, ``shapes-scene`` for the shapes world),
-    and ``inference()`` (a context for gradient-free sampling that may trade bit-exactness for
+    ``inference()`` (a context for gradient-free sampling that may trade bit-exactness for
     speed, e.g. by folding a LoRA adapter into the weights; used by
-    :func:`cast_core.sampling.ode_images`, never by training's sampler).
+    :func:`cast_core.sampling.ode_images`, never by training's sampler), and for training at
+    scale (docs/distributed.md):
+
+    * ``prepare(accelerator) -> torch.nn.Module | None`` — move to ``accelerator.device`` and
+      wrap the trainable module for the run's strategy (``accelerator.prepare`` gives DDP or
+      FSDP2); return the wrapped module so the trainer can skip gradient syncs between
+      micro-batches (``no_sync``). Called before the optimizer is built. A policy without it
+      is trained multi-process by averaging its adapter's gradients explicitly.
+    * ``offload_text_encoder()`` — release the text encoder once the trainer has encoded
+      every training prompt (``offload_text_encoder = true``): a 7–24B text encoder does not
+      belong on the training GPU.
+    * ``enable_gradient_checkpointing()`` — recompute activations in the backward pass
+      (``gradient_checkpointing = true``).
+    * a ``torch_dtype`` factory argument — the dtype of the frozen base weights
+      (``base_dtype = "bfloat16"``); trainable adapter parameters stay float32.
+
+    Conditioning is a tensor with one row per prompt or a
+    :class:`~cast_core.conditioning.Conditioning` (select rows, concatenate, move).
     """
 
     default_image_size: tuple[int, int]
 
-    def encode(self, prompts: Sequence[str]) -> Any:
-        """Text conditioning for ``prompts`` (opaque to core; passed back to ``velocity``)."""
+    def encode(self, prompts: Sequence[str], image_size: tuple[int, int] | None = None) -> Any:
+        """Text conditioning for ``prompts``: a tensor with one row per prompt or a
+        :class:`~cast_core.conditioning.Conditioning`; otherwise opaque to core."""
 
     def sigmas(self, num_steps: int, image_size: tuple[int, int] | None = None) -> "torch.Tensor":
         """The ``num_steps + 1`` noise levels, descending from ~1 and ending in exactly 0."""
@@ -57,8 +75,11 @@ class Policy(Protocol):
     ) -> "torch.Tensor":
         """``n`` standard-normal starting latents ``[n, N, C]`` drawn from ``generator``."""
 
-    def velocity(self, latents: "torch.Tensor", sigma: "torch.Tensor", cond: Any) -> "torch.Tensor":
-        """The (guided) velocity at ``latents`` and noise level ``sigma`` (scalar or ``[B]``)."""
+    def velocity(
+        self, latents: "torch.Tensor", sigma: "torch.Tensor", cond: Any, image_size: tuple[int, int] | None = None
+    ) -> "torch.Tensor":
+        """The (guided) velocity at ``latents`` and noise level ``sigma`` (scalar or ``[B]``);
+        ``image_size`` ``(H, W)`` is the size being drawn (image position ids depend on it)."""
 
     def decode(self, latents: "torch.Tensor", image_size: tuple[int, int] | None = None) -> "torch.Tensor":
         """Images ``[B, 3, H, W]`` in ``[0, 1]`` from clean latents."""

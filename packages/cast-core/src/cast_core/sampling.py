@@ -10,26 +10,14 @@ log-probability of the move. With ``window=None`` this is exactly the policy's o
 from __future__ import annotations
 
 import contextlib
-from typing import Collection, Sequence
+from typing import Any, Collection, Sequence
 
 import torch
 
+from cast_core.conditioning import check_conditioning, concat_rows, num_rows
 from cast_core.protocols import Policy
 from cast_core.sde import euler_step, reduce_per_position, sde_step, tweedie_x0
 from cast_core.types import Rollout, Window
-
-
-def select_rows(obj, index):
-    """Rows ``index`` of a conditioning object: tensors are indexed on dim 0 (conditioning is
-    per sample — keep shared parts such as a negative prompt on the policy); tuples, lists and
-    dicts are handled element-wise; other objects pass through unchanged."""
-    if isinstance(obj, torch.Tensor):
-        return obj[index]
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(select_rows(o, index) for o in obj)
-    if isinstance(obj, dict):
-        return {k: select_rows(v, index) for k, v in obj.items()}
-    return obj
 
 
 def concat_rollouts(parts: list[Rollout]) -> Rollout:
@@ -41,20 +29,29 @@ def concat_rollouts(parts: list[Rollout]) -> Rollout:
     return Rollout(
         prompts=[p for r in parts for p in r.prompts], images=cat("images"), sigmas=first.sigmas,
         step_indices=first.step_indices, latents=cat("latents"), next_latents=cat("next_latents"),
-        log_probs=cat("log_probs"), conditioning=_cat_cond([r.conditioning for r in parts]),
+        log_probs=cat("log_probs"), conditioning=concat_rows([r.conditioning for r in parts]),
         window=first.window, x0=cat("x0"), final_latents=cat("final_latents"),
+        sample_ids=None if first.sample_ids is None else [s for r in parts for s in r.sample_ids],
     )
 
 
-def _cat_cond(conds: list):
-    c0 = conds[0]
-    if isinstance(c0, torch.Tensor):
-        return torch.cat(conds)
-    if isinstance(c0, (tuple, list)):
-        return type(c0)(_cat_cond([c[i] for c in conds]) for i in range(len(c0)))
-    if isinstance(c0, dict):
-        return {k: _cat_cond([c[k] for c in conds]) for k in c0}
-    return c0
+def decode_images(policy: Policy, latents: torch.Tensor, image_size: tuple[int, int] | None = None,
+                  batch_size: int = 0) -> torch.Tensor:
+    """``policy.decode`` ``batch_size`` latents at a time (0 = all at once): a real VAE decoding
+    a step's 32 images at 1024² at once needs tens of GB of activations; chunks of a few do not."""
+    if not batch_size or len(latents) <= batch_size:
+        return policy.decode(latents, image_size)
+    return torch.cat([policy.decode(latents[i:i + batch_size], image_size) for i in range(0, len(latents), batch_size)])
+
+
+def starting_noise(policy: Policy, n: int, image_size: tuple[int, int] | None,
+                   generator: "torch.Generator | Sequence[torch.Generator] | None") -> torch.Tensor:
+    """``n`` starting latents from one generator, or one per sample from a list of generators."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != n:
+            raise ValueError(f"{len(generator)} generators for {n} samples; pass one per sample")
+        return torch.cat([policy.initial_noise(1, image_size, g) for g in generator])
+    return policy.initial_noise(n, image_size, generator)
 
 
 @torch.no_grad()
@@ -66,10 +63,12 @@ def sample(
     image_size: tuple[int, int] | None = None,
     window: Window | None = None,
     eta: float = 0.7,
-    generator: torch.Generator | None = None,
+    generator: "torch.Generator | Sequence[torch.Generator] | None" = None,
     keep_x0: bool | Collection[int] = False,
     initial_noise: torch.Tensor | None = None,
     noise_block: int = 1,
+    conditioning: Any = None,
+    decode_batch_size: int = 0,
 ) -> Rollout:
     """Generate images for ``prompts`` and record the window steps.
 
@@ -78,22 +77,30 @@ def sample(
     estimate at every step ``[B, num_steps, N, C]`` — or, when ``keep_x0`` is a collection of step
     indices, at those steps only, in step order ``[B, len(keep_x0), N, C]`` (a trainer that needs
     one step's estimate should not hold all of them for a large model). Noise for the initial
-    latents and for every SDE step comes from ``generator`` in a fixed order, so a seed reproduces the rollout.
+    latents and for every SDE step comes from ``generator`` in a fixed order, so a seed reproduces the rollout;
+    with a list of generators (one per prompt) each sample draws only from its own, so its image
+    does not depend on the batch it is sampled in (the trainer's per-sample noise).
     ``noise_block`` restricts the window's exploration to block-constant directions
-    (:func:`cast_core.sde.sde_step`).
+    (:func:`cast_core.sde.sde_step`). ``conditioning`` (rows aligned with ``prompts``) skips
+    ``policy.encode`` — the trainer passes cached prompt embeddings. ``image_size`` reaches
+    ``encode``, ``velocity`` and ``decode``.
     """
     prompts = list(prompts)
     if window is not None:
         window.check_fits(num_steps)
     sigmas = policy.sigmas(num_steps, image_size).float()
-    cond = policy.encode(prompts)
-    x = policy.initial_noise(len(prompts), image_size, generator) if initial_noise is None else initial_noise.clone()
+    if conditioning is None:
+        conditioning = check_conditioning(policy.encode(prompts, image_size=image_size), type(policy).__name__)
+    cond = conditioning
+    if num_rows(cond) != len(prompts):
+        raise ValueError(f"conditioning has {num_rows(cond)} rows for {len(prompts)} prompts")
+    x = starting_noise(policy, len(prompts), image_size, generator) if initial_noise is None else initial_noise.clone()
     sigma_max = sigmas[1]
     states, nexts, log_probs, x0s = [], [], [], []
     x0_steps = range(num_steps) if keep_x0 is True else (keep_x0 or ())
     for i in range(num_steps):
         sigma, sigma_next = sigmas[i], sigmas[i + 1]
-        v = policy.velocity(x, sigma, cond)
+        v = policy.velocity(x, sigma, cond, image_size=image_size)
         if i in x0_steps:
             x0s.append(tweedie_x0(x.float(), v.float(), sigma))
         if window is not None and i in window:
@@ -109,7 +116,7 @@ def sample(
             x = nxt
         else:
             x = euler_step(v, x, sigma, sigma_next).to(x.dtype)
-    images = policy.decode(x, image_size)
+    images = decode_images(policy, x, image_size, decode_batch_size)
     stack = lambda xs: torch.stack(xs, dim=1) if xs else None  # noqa: E731
     return Rollout(
         prompts=prompts,

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -115,8 +116,15 @@ def tweedie_x0(sample: torch.Tensor, velocity: torch.Tensor, sigma: float | torc
     return x - _sigma(sigma, x) * velocity.float()
 
 
-def _noise(shape: torch.Size, like: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    # A CPU generator with CUDA tensors (the usual way to seed reproducibly) draws on the CPU.
+def _noise(shape: torch.Size, like: torch.Tensor, generator) -> torch.Tensor:
+    """``ξ`` from one generator, or row ``b`` from ``generator[b]`` when given one per sample (so
+    a sample's noise does not depend on the batch it is drawn in). A CPU generator with CUDA
+    tensors (the usual way to seed reproducibly) draws on the CPU."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != shape[0]:
+            raise ValueError(f"{len(generator)} generators for a batch of {shape[0]}; pass one per sample")
+        rows = [torch.randn(shape[1:], generator=g, device=g.device, dtype=torch.float32) for g in generator]
+        return torch.stack(rows).to(like.device)
     device = generator.device if generator is not None else like.device
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(like.device)
 
@@ -152,7 +160,7 @@ def sde_step(
     *,
     sigma_max: float | torch.Tensor,
     prev_sample: torch.Tensor | None = None,
-    generator: torch.Generator | None = None,
+    generator: "torch.Generator | Sequence[torch.Generator] | None" = None,
     kind: str = "sde",
     noise_block: int = 1,
 ) -> SDEStep:
@@ -165,7 +173,7 @@ def sde_step(
 
     With ``prev_sample`` given (training: re-scoring a stored transition) no noise is drawn and
     ``log_prob`` is that sample's density under the *current* mean; otherwise ``ξ`` comes from
-    ``generator``.
+    ``generator`` (one generator, or a list with one per sample).
 
     ``kind="cps"`` is Flow-GRPO's coefficients-preserving sampler: ``std = σ'·sin(η·π/2)``,
     ``mean = x̂0·(1-σ') + x̂1·sqrt(σ'² - std²)`` with ``x̂1 = x + (1-σ)·v``, and — as in Flow-GRPO —

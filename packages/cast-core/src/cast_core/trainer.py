@@ -1,25 +1,27 @@
 """The CAST training loop, readable top to bottom (nanoGPT / TRL style).
 
-One step:
+One step (:meth:`Trainer.train_step`):
 
-1. pick ``prompts_per_step`` prompts (seeded by ``(seed, step)``) and repeat each ``group_size``
-   times;
-2. sample them: ODE outside the window, SDE inside, keeping per-position log-probs;
-3. decompose each prompt once (cached) and score every image atom by atom, with heatmaps;
-4. turn each group's atom scores into an advantage map on the latent grid (the projector);
-5. ``inner_epochs`` passes of the clipped objective over the window steps, AdamW on the
-   policy's adapter, gradient clipping, optional EMA;
-6. log metrics, draw a sample grid, checkpoint atomically.
+1. pick ``prompts_per_step`` prompts (seeded by ``(seed, step)``); each is repeated
+   ``group_size`` times, and each process takes its equal, contiguous share of the samples;
+2. sample them (:meth:`Trainer.rollout`): ODE outside the window, SDE inside, keeping
+   per-position log-probs; every sample draws its noise from its own generator
+   (:mod:`cast_core.seeding`), and prompts are encoded once per run (:class:`PromptCache`);
+3. judge (:class:`cast_core.judging.Judge`): decompose each prompt once, score every image atom
+   by atom, gather each group's verdicts over the processes, project them to advantage maps;
+4. update (:class:`cast_core.update.PolicyUpdate`): ``inner_epochs`` passes of the clipped
+   objective in minibatches of micro-batches, AdamW on the policy's adapter, gradient clipping,
+   optional EMA;
+5. log metrics, draw a sample grid, checkpoint atomically (the main process writes,
+   :class:`cast_core.run_dir.RunDirectory`).
 
-Every random choice comes from generators seeded by ``(seed, step, purpose)``, never from a
+Every random choice comes from generators seeded by ``(seed, step, purpose, …)``, never from a
 continuing global stream, so a resumed run replays exactly the steps the original would have
-taken — and every process of a distributed run would draw the same window.
+taken, and every process draws the same prompts and window.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import inspect
 import json
 import math
@@ -31,116 +33,128 @@ from typing import Any, Callable
 
 import torch
 
-from cast_core.aggregate import arithmetic_mean, geometric_mean
 from cast_core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
-from cast_core.config import ConfigError, TrainConfig, dump_toml
+from cast_core.conditioning import PromptCache, select_rows
+from cast_core.config import ConfigError, TrainConfig
+from cast_core.distributed import Distributed
 from cast_core.errors import CastError
-from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
+from cast_core.judging import GroupVerdict, Judge, reward_stats
+from cast_core.launch import in_distributed_launch
 from cast_core.precision import autocast
+from cast_core.prompts import resolve_prompts
 from cast_core.registry import get_advantage_projector, get_atom_decomposer, get_atom_scorer, get_policy, get_window_selector, lookup
-from cast_core.sampling import concat_rollouts, sample, select_rows
-from cast_core.sde import reduce_per_position, sde_step
-from cast_core.scene_graph import SceneGraph
+from cast_core.run_dir import RunDirectory
+from cast_core.sampling import concat_rollouts, decode_images, sample
+from cast_core.seeding import generator_for, sample_generators, seed_for
 from cast_core.types import Rollout, Window
+from cast_core.update import PolicyUpdate
 
 
-def seed_for(seed: int, *parts: Any) -> int:
-    """A 63-bit seed from ``(seed, parts)``: stable across processes and Python versions."""
-    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
-
-
-def resolve_prompts(spec: Any) -> list[str]:
-    """Training prompts from a list, a text file (one a line, '#' comments) or 'module:callable'."""
-    if isinstance(spec, (list, tuple)):
-        prompts = [str(p) for p in spec]
-    elif isinstance(spec, str) and Path(spec).is_file():
-        from cast_core.commands.inputs import read_prompt_file
-
-        prompts = [p for _, p in read_prompt_file(spec)]
-    elif isinstance(spec, str) and ":" in spec:
-        module, _, attr = spec.partition(":")
-        try:
-            prompts = list(getattr(importlib.import_module(module), attr)())
-        except (ImportError, AttributeError) as err:
-            raise ConfigError(f"config key 'prompts': cannot load {spec!r}: {err}") from None
-    else:
-        raise ConfigError(
-            f"config key 'prompts': {spec!r} is neither a list, an existing file, nor 'module:callable'"
-        )
-    if not prompts:
-        raise ConfigError("config key 'prompts': no training prompts")
-    return prompts
-
-
-def _build(factory_kind: str, name: str, getter: Callable, offered: dict[str, Any]) -> Any:
-    """Build a component passing only the keyword arguments its factory accepts."""
+def _accepts(factory_kind: str, name: str) -> tuple[set[str], bool]:
+    """The keyword names a component's factory takes, and whether it takes ``**kwargs``."""
     factory = lookup(factory_kind, name).factory
     target = factory.resolve() if hasattr(factory, "resolve") else factory
     try:
         params = inspect.signature(target).parameters
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        kwargs = offered if takes_any else {k: v for k, v in offered.items() if k in params}
     except (TypeError, ValueError):
-        kwargs = {}
-    return getter(name, **kwargs)
+        return set(), False
+    return set(params), any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def reward_stats(judged: list, amap_stats: list[dict] = ()) -> dict:
-    """Reward GM/AM/spread, per-atom-kind pass rates of judged groups, and (given the
-    projector's stats of the same groups) the fraction of saturated atoms."""
-    gms, ams, passes = [], [], {}
-    for _, graph, scores, _ in judged:
-        for row in scores.tolist():
-            gms.append(geometric_mean(row))
-            ams.append(arithmetic_mean(row))
-        for k, atom in enumerate(graph.atoms):
-            passes.setdefault(atom.kind, []).extend((scores[:, k] >= 0.5).float().tolist())
-    sat = sum(int(st.get("saturated_atoms", 0)) for st in amap_stats)
-    total = sum(int(st.get("total_atoms", len(g.atoms))) for st, (_, g, _, _) in zip(amap_stats, judged))
-    return {
-        "reward_gm": sum(gms) / len(gms) if gms else float("nan"),
-        "reward_am": sum(ams) / len(ams) if ams else float("nan"),
-        "reward_std": float(torch.tensor(gms).std(unbiased=False)) if gms else float("nan"),
-        "saturated_fraction": sat / total if total else float("nan"),
-        **{f"pass_{kind}": sum(v) / len(v) for kind, v in passes.items()},
-    }
+def _build(factory_kind: str, name: str, getter: Callable, offered: dict[str, Any]) -> Any:
+    """Build a component passing only the keyword arguments its factory accepts."""
+    names, takes_any = _accepts(factory_kind, name)
+    return getter(name, **(offered if takes_any else {k: v for k, v in offered.items() if k in names}))
 
 
 class Trainer:
     def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, log: Callable[[str], None] | None = None):
         self.config = config.validate()
-        self.run_dir = Path(run_dir)
-        self.log = log or (lambda msg: print(msg, file=sys.stderr))
         cfg = self.config
 
         from accelerate import Accelerator  # imported here: `cast --help` must stay light
 
         # mixed precision is ours (cast_core.precision), not accelerate's process-global one
-        self.accelerator = Accelerator(cpu=cfg.cpu)
+        # several processes without a GPU: accelerate must be told to use gloo on the CPU
+        self.accelerator = Accelerator(cpu=cfg.cpu or (in_distributed_launch() and not torch.cuda.is_available()))
+        self.dist = Distributed(self.accelerator)
+        main_log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.log = main_log if self.dist.is_main else (lambda msg: None)
+        self.run_dir = Path(run_dir)
+        self.files = RunDirectory(self.run_dir, writer=self.dist.is_main)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
-        self.policy = get_policy(cfg.policy, **cfg.policy_kwargs)
-        self.scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
+        self.policy = self._build_policy()
+        self.module = self.policy.prepare(self.accelerator) if hasattr(self.policy, "prepare") else None
+        scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
         self.decomposer = get_atom_decomposer(cfg.decomposer)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
                                  "heatmap_norm": cfg.heatmap_norm, "atom_credit": cfg.atom_credit})
-        self._needs_maps = getattr(self.projector, "needs_heatmaps", True)
-        self.maps_from_x0 = cfg.heatmap_source == "x0" and self._needs_maps
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
         self.prompts = resolve_prompts(cfg.prompts)
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
         self.latent_grid = self.policy.latent_grid(self.image_size)
+        self.dist.shard(cfg.prompts_per_step * cfg.group_size)  # fail now, not at the first step
         self.params = [p for p in self.policy.trainable_parameters()]
         if not self.params:
             raise CastError(f"policy {cfg.policy!r} has no trainable parameters")
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                            eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.ema = [p.detach().clone() for p in self.params] if cfg.ema > 0 else None
-        self.graphs: dict[str, Any] = {}
         self.step = 0
         self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0}
+        self.judge_ = Judge(scorer, self.decomposer, self.projector, self.dist, group_size=cfg.group_size,
+                            heatmap_source=cfg.heatmap_source, log=self.log, counters=self.counters)
+        self.maps_from_x0 = self.judge_.maps_from_x0
+        self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
+                                        device=self.policy_device(), who=f"policy {cfg.policy!r}",
+                                        max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size)
         self._prepare_run_dir(resume)
+        self.updater = PolicyUpdate(cfg, self.policy, self.params, self.optimizer, self.dist, module=self.module,
+                                    autocast=self.autocast, image_size=self.image_size, log=self.log,
+                                    counters=self.counters, ema=self.ema)
+        if cfg.offload_text_encoder:
+            self._encode_all_then_offload()
+
+    # the judge owns the scorer (a test or a plugin may swap it on a built trainer)
+    scorer = property(lambda self: self.judge_.scorer, lambda self, v: setattr(self.judge_, "scorer", v))
+
+    # -- construction ------------------------------------------------------------------------------
+    def _build_policy(self) -> Any:
+        """The policy with the run's base dtype, and on this process's GPU in a multi-GPU run."""
+        cfg = self.config
+        kwargs = dict(cfg.policy_kwargs)
+        names, takes_any = _accepts("policy", cfg.policy)
+        if cfg.base_dtype != "float32":
+            if not (takes_any or "torch_dtype" in names):
+                raise ConfigError(f"config key 'base_dtype': policy {cfg.policy!r} takes no torch_dtype argument, "
+                                  f"so its weights cannot be held in {cfg.base_dtype}; use base_dtype = \"float32\"")
+            kwargs.setdefault("torch_dtype", cfg.base_dtype)
+        device = self.dist.device
+        if self.dist.active and device.type == "cuda" and (takes_any or "device" in names) \
+                and str(kwargs.get("device", "cuda")) == "cuda":
+            kwargs["device"] = str(device)  # rank k computes on cuda:k
+        policy = get_policy(cfg.policy, **kwargs)
+        if cfg.gradient_checkpointing:
+            enable = getattr(policy, "enable_gradient_checkpointing", None)
+            if enable is None:
+                raise ConfigError(f"config key 'gradient_checkpointing': policy {cfg.policy!r} does not support it "
+                                  f"(no enable_gradient_checkpointing()); set gradient_checkpointing = false")
+            enable()
+        return policy
+
+    def _encode_all_then_offload(self) -> None:
+        """Encode every training prompt (and measure the window, which samples), then let the
+        policy release its text encoder."""
+        offload = getattr(self.policy, "offload_text_encoder", None)
+        if offload is None:
+            raise ConfigError(f"config key 'offload_text_encoder': policy {self.config.policy!r} has no "
+                              f"offload_text_encoder(); set offload_text_encoder = false")
+        if self.selector is not None and not hasattr(self.selector, "select_for_step"):
+            self._window = self._measured_window()
+        self.log(f"encoding {len(set(self.prompts))} training prompts before offloading the text encoder")
+        self.prompt_cache.warm(self.prompts)
+        offload()
 
     # -- run directory ---------------------------------------------------------------------------
     def _prepare_run_dir(self, resume: bool) -> None:
@@ -153,30 +167,17 @@ class Trainer:
                 if self.ema is not None and tensors:
                     self.ema = [tensors[f"ema.{i}"].to(p.device) for i, p in enumerate(self.params)]
                 self.log(f"resumed {self.run_dir} from {ckpt.name}")
-                self._truncate_metrics()
+                self.files.truncate_metrics(self.step)
             else:
                 self.log(f"no complete checkpoint in {self.run_dir}; starting from step 0")
-        elif (self.run_dir / "config.toml").exists():
-            raise CastError(
-                f"{self.run_dir} already holds a run; continue it with `cast train --resume {self.run_dir}` "
-                f"or choose another --out"
-            )
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "samples").mkdir(exist_ok=True)
-        (self.run_dir / "config.toml").write_text(dump_toml(self.config.to_dict()))
-
-    def _truncate_metrics(self) -> None:
-        """Drop metric lines written after the checkpoint we resume from (they will be redone)."""
-        path = self.run_dir / "metrics.jsonl"
-        if path.exists():
-            keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= self.step]
-            path.write_text("".join(line + "\n" for line in keep))
+        else:
+            self.files.refuse_existing_run()
+        self.dist.barrier()  # every process has read the directory before the main one writes
+        self.files.create(self.config.to_dict())
 
     # -- pieces of one step ----------------------------------------------------------------------
     def graph(self, prompt: str):
-        if prompt not in self.graphs:
-            self.graphs[prompt] = self.decomposer.decompose(prompt)
-        return self.graphs[prompt]
+        return self.judge_.graph(prompt)
 
     def pick_prompts(self, step: int) -> list[str]:
         rng = random.Random(seed_for(self.config.seed, step, "prompts"))
@@ -194,105 +195,87 @@ class Trainer:
         return self._window
 
     def _measured_window(self) -> Window:
-        """Select once per run and record it in window.json, so that a resumed run keeps the
-        window it started with (even if a selector's cache was cleared in between). The selector
-        sees all training prompts, never the prompts of whichever step we resume at."""
-        path = self.run_dir / "window.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            return Window(data["start"], data["size"], data.get("diagnostics", {}))
-        window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
-        record = {"start": window.start, "size": window.size, "selector": self.config.window,
-                  "diagnostics": _jsonable_tree(dict(window.diagnostics))}
-        path.write_text(json.dumps(record, indent=2))
-        self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
-        return window
+        """Select once per run, on the main process, and record it in window.json, so that a
+        resumed run keeps the window it started with (even if a selector's cache was cleared in
+        between); the other processes receive it. The selector sees all training prompts, never
+        the prompts of whichever step we resume at."""
+        record = None
+        if self.dist.is_main:
+            record = self.files.read_window()
+            if record is None:
+                window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
+                record = {"start": window.start, "size": window.size, "selector": self.config.window,
+                          "diagnostics": _jsonable_tree(dict(window.diagnostics))}
+                self.files.write_window(record)
+                self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
+        record = self.dist.broadcast_object(record)
+        return Window(record["start"], record["size"], record.get("diagnostics", {}))
 
-    def rollout(self, prompts: list[str], window: Window, generator: torch.Generator,
-                x0_steps: tuple[int, ...] | None = None) -> Rollout:
-        """Sample a batch; keeps x̂0 at ``x0_steps`` (default: the window start when the heatmaps
-        come from x̂0, else nowhere). With ``group_noise = "shared"`` the G images of a prompt
-        start from one noise, so their rewards differ only through the window's actions — the
+    def sample_ids(self, num_prompts: int) -> list[tuple[int, int]]:
+        """This process's samples ``(prompt index, member)`` of a step with ``num_prompts`` prompts."""
+        G = self.config.group_size
+        return [divmod(s, G) for s in self.dist.shard(num_prompts * G)]
+
+    def rollout(self, prompts: list[str], window: Window, step: int, x0_steps: tuple[int, ...] | None = None,
+                ids: list[tuple[int, int]] | None = None) -> Rollout:
+        """Sample this process's share of the step (``ids``, default :meth:`sample_ids`).
+
+        Sample ``(p, g)`` draws from its own generator, seeded by ``(seed, step, p, g)``, so its
+        image does not depend on ``sample_batch_size`` or on the process count. Keeps x̂0 at
+        ``x0_steps`` (default: the window start when the heatmaps come from x̂0, else nowhere).
+        With ``group_noise = "shared"`` the G images of a prompt start from one noise (seeded by
+        ``(seed, step, p)``), so their rewards differ only through the window's actions — the
         advantage then credits what the window did, not the luck of the draw (DanceGRPO's
         ``init_same_noise``); the window must then lie where noise can still change the verdicts."""
         cfg = self.config
-        chunk = cfg.sample_batch_size or len(prompts)
+        ids = self.sample_ids(len(prompts)) if ids is None else ids
+        batch = [prompts[p] for p, _ in ids]
+        gens = sample_generators(cfg.seed, step, ids)
         if x0_steps is None:
             x0_steps = (window.start,) if self.maps_from_x0 else ()
         keep = tuple(x0_steps) or False
         noise = None
-        if cfg.group_noise == "shared":  # one starting point per group, drawn before any SDE noise
-            groups = -(-len(prompts) // cfg.group_size)
-            noise = self.policy.initial_noise(groups, self.image_size, generator)
-            noise = noise.repeat_interleave(cfg.group_size, dim=0)[: len(prompts)]
+        if cfg.group_noise == "shared":  # one starting point per group
+            noise = torch.cat([self.policy.initial_noise(1, self.image_size, generator_for(cfg.seed, step, "start", p))
+                               for p, _ in ids])
+        cond = self.prompt_cache.batch(batch)
+        chunk = cfg.sample_batch_size or len(batch)
         with self.autocast():
-            parts = [sample(self.policy, prompts[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
-                            window=window, eta=cfg.eta, generator=generator, keep_x0=keep, noise_block=cfg.noise_block,
-                            initial_noise=None if noise is None else noise[i:i + chunk])
-                     for i in range(0, len(prompts), chunk)]
-        return concat_rollouts(parts)
+            parts = [sample(self.policy, batch[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
+                            window=window, eta=cfg.eta, generator=gens[i:i + chunk], keep_x0=keep,
+                            noise_block=cfg.noise_block, conditioning=select_rows(cond, list(range(i, min(i + chunk, len(batch))))),
+                            initial_noise=None if noise is None else noise[i:i + chunk],
+                            decode_batch_size=cfg.decode_batch_size)
+                     for i in range(0, len(batch), chunk)]
+        rollout = concat_rollouts(parts)
+        rollout.sample_ids = list(ids)
+        return rollout
 
-    def judge(self, prompts: list[str], rollout: Rollout) -> list[tuple[list[int], SceneGraph, torch.Tensor, torch.Tensor | None]]:
-        """Verdicts on the final images, one scorer call per prompt group: ``(rows, graph, scores
-        [G, K], final-image heatmaps or None)`` for every group the scorer could judge."""
-        G = self.config.group_size
-        final_maps = self._needs_maps and not self.maps_from_x0
-        judged = []
-        for g, prompt in enumerate(prompts):
-            rows = list(range(g * G, (g + 1) * G))
-            graph = self.graph(prompt)
-            out = self._score(prompt, rollout.images[rows], graph, heatmaps=final_maps)
-            if out is None:
-                continue
-            scores = torch.stack([s.float() for s in out.scores])
-            if not torch.isfinite(scores).all():
-                self.counters["scorer_failures"] += 1
-                self.log(f"step {self.step}: non-finite scores for prompt {prompt!r}; group skipped")
-                continue
-            judged.append((rows, graph, scores, torch.stack([h.float() for h in out.heatmaps]) if final_maps else None))
-        return judged
+    def judge(self, prompts: list[str], rollout: Rollout) -> list[GroupVerdict]:
+        """Verdicts on the final images of every group the scorer could judge (whole groups)."""
+        self.judge_.step = self.step
+        return self.judge_.verdicts(prompts, rollout)
 
-    def advantages(self, judged: list, rollout: Rollout, x0_index: int = 0) -> tuple[list[int], torch.Tensor, list[dict]]:
-        """Project judged groups to advantage maps: (kept sample indices, A [n, N], projector stats).
-        With ``heatmap_source = "x0"`` the maps are scored on the rollout's ``x0_index``-th kept
-        x̂0: it depends on the state before the window's actions only, so weighting a position's
-        log-prob by it cannot reward the actions for where objects ended up (the final image's
-        maps can: docs/shapes-rl.md). Verdicts always judge the final image."""
+    def advantages(self, verdicts: list[GroupVerdict], rollout: Rollout, x0_index: int = 0):
+        """``(local rows, their sample ids, A [n, h·w], groups kept, projector stats)``. With
+        ``heatmap_source = "x0"`` the maps are scored on the rollout's ``x0_index``-th kept x̂0
+        (docs/shapes-rl.md); verdicts always judge the final image."""
         map_images = None
-        if self._needs_maps and self.maps_from_x0:
+        if self.maps_from_x0:
             if rollout.x0 is None:
                 raise RuntimeError("heatmap_source='x0' needs a rollout sampled with keep_x0 at the window start")
             with torch.no_grad():
-                map_images = self.policy.decode(rollout.x0[:, x0_index].to(rollout.latents.dtype), self.image_size)
-        kept, maps, amap_stats = [], [], []
-        for rows, graph, scores, heat in judged:
-            if map_images is not None:
-                out = self._score(graph.prompt, map_images[rows], graph, heatmaps=True)
-                if out is None:
-                    continue
-                heat = torch.stack([h.float() for h in out.heatmaps])
-            amap = self.projector.project(scores, heat, graph, self.latent_grid)
-            kept += rows
-            maps.append(amap.values.reshape(len(rows), -1))
-            amap_stats.append(amap.stats)
+                map_images = decode_images(self.policy, rollout.x0[:, x0_index].to(rollout.latents.dtype),
+                                           self.image_size, self.config.decode_batch_size)
+        rows, ids, adv, kept, stats = self.judge_.advantages(verdicts, rollout, self.latent_grid, map_images)
         # a scorer may answer on another device than the policy's (a CPU judge for CUDA images)
-        device = self.policy_device()
-        return kept, (torch.cat(maps).to(device) if maps else torch.empty(0, device=device)), amap_stats
+        return rows, ids, adv.to(self.policy_device()), kept, stats
 
-    def _score(self, prompt: str, images: torch.Tensor, graph: SceneGraph, heatmaps: bool):
-        """One scorer call; a failure is logged and counted and gives None (the group is skipped)."""
-        try:
-            return self.scorer.score(images, [graph] * len(images), heatmaps=heatmaps)
-        except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
-            self.counters["scorer_failures"] += 1
-            self.log(f"step {self.step}: scorer failed on prompt {prompt!r} ({type(err).__name__}: {err}); group skipped")
-            return None
-
-    def score_groups(self, prompts: list[str], rollout: Rollout) -> tuple[list[int], torch.Tensor, dict]:
-        """Advantage maps for every group the scorer could judge: (kept sample indices, A [n, N], stats)."""
-        judged = self.judge(prompts, rollout)
-        kept, advantages, amap_stats = self.advantages(judged, rollout)
-        return kept, advantages, reward_stats(judged, amap_stats)
+    def score_groups(self, prompts: list[str], rollout: Rollout):
+        """Judge and project: ``(local rows, sample ids, A [n, h·w], kept groups, reward stats)``."""
+        verdicts = self.judge(prompts, rollout)
+        rows, ids, adv, kept, amap_stats = self.advantages(verdicts, rollout)
+        return rows, ids, adv, kept, reward_stats(verdicts, amap_stats, projected=kept)
 
     def autocast(self):
         """The policy's forward passes under ``precision`` (:mod:`cast_core.precision`)."""
@@ -302,125 +285,63 @@ class Trainer:
         """Where the policy computes: its ``device`` attribute, else its trainable parameters'
         (a policy without the attribute on CUDA must not get CPU autocast, i.e. no bf16 at all)."""
         device = getattr(self.policy, "device", None)
-        if device is None and self.params:
-            device = self.params[0].device
+        if device is None:
+            params = list(self.policy.trainable_parameters())
+            device = params[0].device if params else None
         return torch.device(device if device is not None else "cpu")
 
     def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
-        """Per-element log-prob of the stored transition under the current policy, and the mean.
-        The velocity runs under the same autocast as sampling (``precision``), so that the first
-        pass recomputes exactly the sampled log-probs; the SDE arithmetic stays in float32."""
-        with self.autocast():
-            v = self.policy.velocity(latents, sigma, cond)
-        step = sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents,
-                        noise_block=self.config.noise_block)
-        return step
+        return self.updater.log_prob(latents, next_latents, sigma, sigma_next, cond, sigma_max)
 
     def objective(self, log_prob: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """The clipped objective of one window step: per position (CAST) or per sample (Flow-GRPO)."""
-        cfg = self.config
-        if cfg.ratio_mode == "position":
-            return clipped_objective(reduce_per_position(log_prob), old, adv, cfg.clip_range)
-        return flow_grpo_objective(reduce_per_position(log_prob).mean(1), old.mean(1), adv.mean(1), cfg.clip_range,
-                                   adv_clip=cfg.adv_clip)
+        return self.updater.objective(log_prob, old, adv)
 
-    def update(self, rollout: Rollout, kept: list[int], advantages: torch.Tensor, generator: torch.Generator) -> dict:
-        """``inner_epochs`` passes of the clipped objective over the window steps."""
-        cfg = self.config
-        idx = torch.tensor(kept)
-        sig = rollout.sigmas
-        sigma_max = sig[1]
-        n, T = len(kept), len(rollout.step_indices)
-        mb = cfg.minibatch_size or n
-        diags: list[dict] = []
-        losses, kls = [], []
-        for epoch in range(cfg.inner_epochs):
-            # the first pass keeps sampling order so a full-batch update recomputes exactly the
-            # sampled numbers (ratio exactly 1, the on-policy check); later passes shuffle
-            perm = idx if epoch == 0 else idx[torch.randperm(n, generator=generator)]
-            pos = {int(r): i for i, r in enumerate(kept)}
-            for start in range(0, n, mb):
-                rows = perm[start:start + mb]
-                adv = advantages[[pos[int(r)] for r in rows]]
-                cond = select_rows(rollout.conditioning, rows)
-                self.optimizer.zero_grad(set_to_none=True)
-                finite = True
-                for t, step_index in enumerate(rollout.step_indices):
-                    sigma, sigma_next = sig[step_index], sig[step_index + 1]
-                    cur = self.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sigma, sigma_next, cond, sigma_max)
-                    old = rollout.log_probs[rows, t]
-                    loss, diag = self.objective(cur.log_prob, old, adv)
-                    kl = torch.zeros(())
-                    if cfg.beta > 0:
-                        with torch.no_grad(), self.policy.reference():
-                            ref = self.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sigma, sigma_next, cond, sigma_max)
-                        kl = kl_penalty(cur.mean, ref.mean, cur.std_dev_t)
-                    total = (loss + cfg.beta * kl) / T
-                    if not torch.isfinite(total):
-                        finite = False
-                        break
-                    self.accelerator.backward(total)
-                    losses.append(float(loss.detach()))
-                    kls.append(float(kl.detach()))
-                    diags.append(diag)
-                grads_ok = finite and all(p.grad is None or torch.isfinite(p.grad).all() for p in self.params)
-                if not grads_ok:
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.counters["skipped_updates"] += 1
-                    self.log(f"step {self.step}: non-finite loss or gradient; update skipped")
-                    continue
-                if cfg.max_grad_norm > 0:
-                    torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
-                self.optimizer.step()
-                if self.ema is not None:
-                    with torch.no_grad():
-                        for e, p in zip(self.ema, self.params):
-                            e.lerp_(p.detach(), 1.0 - cfg.ema)
-        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-        out = {"loss": mean(losses), "kl": mean(kls)}
-        for key in ("clip_fraction", "approx_kl", "ratio_mean"):
-            out[key] = mean([d[key] for d in diags])
-        out["ratio_min"] = min((d["ratio_min"] for d in diags), default=float("nan"))
-        out["ratio_max"] = max((d["ratio_max"] for d in diags), default=float("nan"))
-        return out
+    def update(self, rollout: Rollout, rows: list[int], ids: list[tuple[int, int]], advantages: torch.Tensor,
+               kept: list[GroupVerdict]) -> dict:
+        """The update on this process's ``rows``; ``kept`` are the groups every process trains on."""
+        all_ids = [(v.index, g) for v in kept for g in range(self.config.group_size)]
+        return self.updater.run(rollout, rows, ids, advantages, all_ids, self.step)
 
     # -- the step, top to bottom -----------------------------------------------------------------
     def train_step(self) -> dict:
         cfg = self.config
         t0 = time.perf_counter()
         prompts = self.pick_prompts(self.step)
-        batch = [p for p in prompts for _ in range(cfg.group_size)]
         window = self.window_for(self.step, prompts)
-        gen = torch.Generator().manual_seed(seed_for(cfg.seed, self.step, "noise"))
-        rollout = self.rollout(batch, window, gen)
-        self.counters["images_sampled"] += len(batch)
-        kept, advantages, stats = self.score_groups(prompts, rollout)
+        rollout = self.rollout(prompts, window, self.step)
+        images = len(prompts) * cfg.group_size  # over all processes
+        self.counters["images_sampled"] += images
+        rows, ids, advantages, kept, stats = self.score_groups(prompts, rollout)
         metrics: dict[str, Any] = {"step": self.step + 1, "window_start": window.start, "window_size": window.size, **stats}
         if not kept:
             self.counters["skipped_updates"] += 1
             metrics["skipped"] = "no group could be scored"
-        elif not torch.isfinite(advantages).all():
+        elif not self.dist.all_true(bool(torch.isfinite(advantages).all())):
             self.counters["skipped_updates"] += 1
             metrics["skipped"] = "non-finite advantages"
             self.log(f"step {self.step}: non-finite advantages; update skipped")
         else:
-            metrics.update(self.update(rollout, kept, advantages, gen))
+            metrics.update(self.update(rollout, rows, ids, advantages, kept))
         self.step += 1
         elapsed = time.perf_counter() - t0
-        metrics.update({"step_time_s": elapsed, "images_per_s": len(batch) / elapsed,
+        metrics.update({"step_time_s": elapsed, "images_per_s": images / elapsed,
                         "peak_memory_mb": _peak_memory_mb(self.policy_device()), **self.counters})
-        if cfg.sample_every and self.step % cfg.sample_every == 0:
-            self.write_samples(prompts[0], rollout, kept, advantages)
+        if self.dist.active:
+            metrics["processes"] = self.dist.world
+        if cfg.sample_every and self.step % cfg.sample_every == 0 and self.dist.is_main:
+            self.write_samples(prompts, rollout, rows, advantages)
         return metrics
 
     def run(self) -> dict:
         cfg = self.config
         last: dict = {}
         deadline = time.monotonic() + 60 * cfg.max_minutes if cfg.max_minutes else math.inf
-        with _Progress(cfg.steps, self.step, self.log, cfg.max_minutes) as progress, open(self.run_dir / "metrics.jsonl", "a") as metrics_file:
+        with _Progress(cfg.steps, self.step, self.log, cfg.max_minutes, enabled=self.dist.is_main) as progress, \
+                self.files.open_metrics() as metrics_file:
             while self.step < cfg.steps:
                 last = self.train_step()
-                final = self.step == cfg.steps or time.monotonic() >= deadline
+                # the time budget is rank 0's clock: every process stops at the same step
+                final = self.step == cfg.steps or self.dist.broadcast_object(time.monotonic() >= deadline)
                 if self.step % cfg.log_every == 0 or final:
                     metrics_file.write(json.dumps(_jsonable(last)) + "\n")
                     metrics_file.flush()
@@ -432,12 +353,28 @@ class Trainer:
                     break
         return last
 
+    def close(self) -> None:
+        """End a multi-process run cleanly: every process waits, then leaves the process group
+        (a process that exits while another still talks to it can abort the whole launch)."""
+        if self.dist.active:
+            import torch.distributed as torch_dist
+
+            self.dist.barrier()
+            if torch_dist.is_initialized():
+                torch_dist.destroy_process_group()
+
     def save(self) -> Path:
-        tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
-        return save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer,
-                               {"counters": self.counters, "config": self.config.to_dict()}, tensors,
-                               keep=self.config.keep_checkpoints,
-                               write_extra=self._save_ema_adapter if self.ema is not None else None)
+        """Checkpoint on the main process (adapter, optimizer and EMA are the same on every
+        process: gradients are synced before each optimizer step); the others wait for it."""
+        path = self.run_dir / "checkpoints" / f"step-{self.step:05d}"
+        if self.dist.is_main:
+            tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
+            path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer,
+                                   {"counters": self.counters, "config": self.config.to_dict()}, tensors,
+                                   keep=self.config.keep_checkpoints,
+                                   write_extra=self._save_ema_adapter if self.ema is not None else None)
+        self.dist.barrier()
+        return path
 
     def _save_ema_adapter(self, directory: Path) -> None:
         """The EMA weights as an adapter of their own (``ema-adapter/``), so that ``cast eval
@@ -452,20 +389,24 @@ class Trainer:
                 for p, v in zip(self.params, live):
                     p.copy_(v)
 
-    def write_samples(self, prompt: str, rollout: Rollout, kept: list[int], advantages: torch.Tensor) -> None:
+    def write_samples(self, prompts: list[str], rollout: Rollout, rows: list[int], advantages: torch.Tensor) -> None:
+        """A grid of this process's members of the step's first group, with verdicts and maps."""
         from cast_core.viz import sample_grid
 
-        G = self.config.group_size
-        rows = list(range(G))
-        graph = self.graph(prompt)
+        from cast_core.judging import local_rows
+
+        group = local_rows(rollout, 0)
+        if not group:
+            return
+        graph = self.graph(prompts[0])
         try:
-            scores = self.scorer.score(rollout.images[rows], [graph] * G, heatmaps=False).scores
+            scores = self.scorer.score(rollout.images[group], [graph] * len(group), heatmaps=False).scores
         except Exception:  # noqa: BLE001 - a picture is not worth a crash
             return
         adv = None
-        if kept and kept[0] == 0:
-            adv = advantages[:G].reshape(G, *self.latent_grid)
-        sample_grid(rollout.images[rows], graph, scores, adv).save(self.run_dir / "samples" / f"step-{self.step:05d}.png")
+        if rows[:len(group)] == group:
+            adv = advantages[:len(group)].reshape(len(group), *self.latent_grid)
+        sample_grid(rollout.images[group], graph, scores, adv).save(self.files.samples / f"step-{self.step:05d}.png")
 
 
 def _peak_memory_mb(device: torch.device) -> float:
@@ -503,9 +444,9 @@ def _jsonable(metrics: dict) -> dict:
 class _Progress:
     """A rich progress bar on a terminal; plain log lines otherwise (CI, files, pipes)."""
 
-    def __init__(self, total: int, done: int, log: Callable[[str], None], minutes: float = 0.0):
+    def __init__(self, total: int, done: int, log: Callable[[str], None], minutes: float = 0.0, enabled: bool = True):
         self.total, self.done, self.log = total, done, log
-        self.tty = sys.stderr.isatty()
+        self.tty = sys.stderr.isatty() and enabled
         self.minutes, self.t0 = minutes, time.monotonic()
 
     def expected_total(self, step: int) -> int:

@@ -88,6 +88,8 @@ class Rollout:
     ``next_latents[:, t]`` (``[B, T, N, C]``), the sampling-time per-position log-probs
     ``log_probs`` (``[B, T, N]``), the sigmas of those steps, the conditioning used, the decoded
     images, and optionally the Tweedie ``x̂0`` at every step (for window selection).
+    In training, ``sample_ids[i] = (p, g)`` names row ``i`` as member ``g`` of the group of the
+    step's ``p``-th prompt (a rank of a distributed run holds a contiguous share of them).
     """
 
     prompts: list[str]
@@ -101,6 +103,7 @@ class Rollout:
     window: Window | None = None
     x0: "torch.Tensor | None" = None
     final_latents: "torch.Tensor | None" = None
+    sample_ids: list[tuple[int, int]] | None = None
 
 
 @dataclass

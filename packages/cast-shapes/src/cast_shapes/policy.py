@@ -32,7 +32,7 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 class ShapesPolicy:
     def __init__(self, weights: str | Path | None = None, *, guidance: float = 2.0, lora_rank: int = 8,
-                 lora_alpha: float | None = None, device: str = "cpu"):
+                 lora_alpha: float | None = None, device: str = "cpu", torch_dtype: str | torch.dtype = torch.float32):
         from peft import LoraConfig
 
         self.weights = Path(weights) if weights else DEFAULT_WEIGHTS
@@ -45,14 +45,18 @@ class ShapesPolicy:
         self.default_image_size = (self.cfg.image_size, self.cfg.image_size)
         self.tokenizer = WordTokenizer(self.cfg.vocabulary, self.cfg.max_tokens)
         self.lora = {"r": lora_rank, "lora_alpha": lora_alpha or 2 * lora_rank, "target_modules": LORA_TARGETS}
+        dtype = getattr(torch, torch_dtype) if isinstance(torch_dtype, str) else torch_dtype
+        self.net.to(dtype)  # frozen base weights (bfloat16 halves them); the adapter stays float32
         self.net.transformer.add_adapter(LoraConfig(init_lora_weights="gaussian", **self.lora))
+        for p in self.trainable_parameters():
+            p.data = p.data.float()
         with torch.no_grad():
             self.uncond = self.net.text(self.tokenizer([""]).to(self.device))
         digest = hashlib.sha256(self.weights.read_bytes()).hexdigest()[:16]
         self.identity = f"shapes:{digest}:g{self.guidance}"
 
     # -- Policy protocol ------------------------------------------------------------------------
-    def encode(self, prompts: Sequence[str]) -> torch.Tensor:
+    def encode(self, prompts: Sequence[str], image_size=None) -> torch.Tensor:
         with torch.no_grad():  # the text encoder is frozen: only the transformer gets LoRA
             return self.net.text(self.tokenizer(list(prompts)).to(self.device))
 
@@ -71,8 +75,13 @@ class ShapesPolicy:
         x = torch.randn(n, self.cfg.grid * self.cfg.grid, self.cfg.channels, generator=generator)
         return x.to(self.device)
 
-    def velocity(self, latents: torch.Tensor, sigma, cond: torch.Tensor) -> torch.Tensor:
+    def velocity(self, latents: torch.Tensor, sigma, cond: torch.Tensor, image_size=None) -> torch.Tensor:
+        self._check_size(image_size)
         return guided_velocity(self.net, latents, sigma, cond, self.uncond, self.guidance)
+
+    def enable_gradient_checkpointing(self) -> None:
+        """diffusers' own activation checkpointing of the FLUX.2 blocks."""
+        self.net.transformer.enable_gradient_checkpointing()
 
     def decode(self, latents: torch.Tensor, image_size=None) -> torch.Tensor:
         self._check_size(image_size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from typing import Any, Sequence
 
-from cast_core.trainer import seed_for
+from cast_core.seeding import seed_for
 from cast_core.types import Window
 
 

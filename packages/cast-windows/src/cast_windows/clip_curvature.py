@@ -131,7 +131,7 @@ class ClipCurvatureSelector:
         if source is None:
             source = prompts
         if isinstance(source, str):
-            from cast_core.trainer import resolve_prompts
+            from cast_core.prompts import resolve_prompts
 
             source = resolve_prompts(source)
         unique = list(dict.fromkeys(str(p) for p in source))

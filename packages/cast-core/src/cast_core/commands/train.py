@@ -47,10 +47,29 @@ def build_config(plugin, policy, scorer, window, decomposer, projector, config_f
 @click.option("--steps", type=int, help="Training steps.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory (default: runs/<recipe>-<time>).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), help="Continue the run in this directory.")
-def train_command(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps, out, resume_dir):
+@click.option("--num-processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Train with N local processes (torch.distributed; gloo on CPU). Multi-GPU and multi-node: "
+                   "run `cast train` under accelerate launch or torchrun (docs/distributed.md).")
+def train_command(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps, out, resume_dir,
+                  num_processes):
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
     from cast_core.config import TrainConfig, load_toml, parse_set
+    from cast_core.launch import in_distributed_launch, launch_local
+
+    if num_processes > 1 and not in_distributed_launch():
+        if not resume_dir and not out:  # every process must agree on the directory
+            out = str(Path("runs") / f"{plugin or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
+        argv = _argv_without_num_processes(click.get_current_context())
+        if out and "--out" not in argv and not resume_dir:
+            argv += ["--out", out]
+        code = launch_local(num_processes, argv)
+        if code:
+            raise click.ClickException(f"{num_processes}-process run failed (exit code {code}); see the messages above")
+        return
+    if in_distributed_launch() and not (out or resume_dir):
+        raise click.UsageError("a multi-process run needs --out (each process would otherwise pick its own directory)")
+
     from cast_core.trainer import Trainer
 
     if resume_dir:
@@ -66,7 +85,23 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
     trainer = Trainer(cfg.validate(), run_dir, resume=bool(resume_dir))
     last = trainer.run()
+    trainer.close()
+    if not trainer.dist.is_main:
+        return
     click.echo(f"run directory: {run_dir}")
     if last:
         click.echo(f"step {trainer.step}: reward GM {last.get('reward_gm', float('nan')):.4f} "
                    f"AM {last.get('reward_am', float('nan')):.4f}; skipped updates {trainer.counters['skipped_updates']}")
+
+
+def _argv_without_num_processes(ctx: click.Context) -> list[str]:
+    """The ``cast train`` arguments rebuilt from the parsed options, minus ``--num-processes``
+    (the children are the processes)."""
+    flags = {"config_file": "--config", "sets": "--set", "resume_dir": "--resume"}
+    args = ["train"]
+    for name, value in ctx.params.items():
+        if name == "num_processes" or value is None or value == ():
+            continue
+        for v in (value if isinstance(value, tuple) else (value,)):
+            args += [flags.get(name, "--" + name.replace("_", "-")), str(v)]
+    return args

@@ -38,7 +38,34 @@ class PolicyConformance:
     def _inputs(self, policy: Any, seed: int = 0):
         gen = torch.Generator().manual_seed(seed)
         x = policy.initial_noise(len(self.prompts), None, gen)
-        return x, policy.encode(list(self.prompts))
+        return x, policy.encode(list(self.prompts), image_size=None)
+
+    def test_image_size_reaches_encode_and_velocity(self):
+        policy = self.make_policy()
+        size = tuple(policy.default_image_size)
+        x = policy.initial_noise(len(self.prompts), size, torch.Generator().manual_seed(0))
+        cond = policy.encode(list(self.prompts), image_size=size)
+        with torch.no_grad():
+            v = policy.velocity(x, torch.tensor(0.5), cond, image_size=size)
+            plain = policy.velocity(x, torch.tensor(0.5), cond)
+        torch.testing.assert_close(v, plain, msg="image_size=default_image_size must equal leaving it unset")
+
+    def test_conditioning_rows_select_and_concatenate(self):
+        """Conditioning is per row: the velocity of rows selected from a batch, or of rows
+        encoded apart and concatenated (ragged lengths included), is the batch's velocity."""
+        from cast_core.conditioning import check_conditioning, concat_rows, num_rows, select_rows
+
+        policy = self.make_policy()
+        x, cond = self._inputs(policy)
+        check_conditioning(cond, type(policy).__name__)
+        n = len(self.prompts)
+        assert num_rows(cond) == n, f"encode gave {num_rows(cond)} rows for {n} prompts"
+        apart = concat_rows([policy.encode([p], image_size=None) for p in self.prompts])
+        reversed_rows = select_rows(cond, list(range(n))[::-1])
+        with torch.no_grad():
+            whole = policy.velocity(x, torch.tensor(0.5), cond)
+            torch.testing.assert_close(policy.velocity(x, torch.tensor(0.5), apart), whole, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(policy.velocity(x.flip(0), torch.tensor(0.5), reversed_rows), whole.flip(0))
 
     def test_is_policy(self):
         assert isinstance(self.make_policy(), Policy)
@@ -152,13 +179,24 @@ class AtomScorerConformance:
             assert bool(((s >= 0) & (s <= 1)).all()), f"{g.prompt!r}: scores outside [0, 1]: {s.tolist()}"
         assert out.heatmaps is None, "heatmaps must be None when not requested"
 
-    def test_heatmaps_on_image_grid_and_non_negative(self):
+    def test_heatmaps_cover_the_image_and_are_non_negative(self):
+        """Heatmaps may be on the image grid or on the judge's own coarser grid (a VLM gives one
+        token per 32 px; the projector resizes them), as long as the grid covers the whole
+        image with the image's aspect ratio (within one cell) and every image of a call uses
+        the same grid."""
         images, graphs = self.make_inputs()
         out = self.make_scorer().score(images, graphs, heatmaps=True)
         assert out.heatmaps is not None and len(out.heatmaps) == len(graphs)
+        H, W = images.shape[-2:]
+        grids = set()
         for g, m in zip(graphs, out.heatmaps):
-            assert m.shape == (len(g.atoms), *images.shape[-2:]), tuple(m.shape)
+            assert m.ndim == 3 and m.shape[0] == len(g.atoms), tuple(m.shape)
+            h, w = m.shape[-2:]
+            assert 1 <= h <= H and 1 <= w <= W, f"heatmap grid {h}x{w} is finer than the {H}x{W} image"
+            assert abs(h * W / H - w) <= 1 + 1e-6, f"heatmap grid {h}x{w} does not have the image's aspect {H}x{W}"
             assert bool((m >= 0).all()) and bool(torch.isfinite(m).all())
+            grids.add((h, w))
+        assert len(grids) <= 1, f"images of one call got heatmaps on different grids: {sorted(grids)}"
 
     def test_scores_are_deterministic(self):
         images, graphs = self.make_inputs()

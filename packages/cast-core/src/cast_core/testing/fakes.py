@@ -26,6 +26,36 @@ def _word_vector(word: str, dim: int, seed: int) -> torch.Tensor:
     return torch.randn(dim, generator=gen)
 
 
+class _LinearField(torch.nn.Module):
+    """The fake policy's velocity field as a module, so that it can be wrapped like a real
+    backbone's transformer (DDP / FSDP2 through ``accelerator.prepare``)."""
+
+    def __init__(self, weight: torch.Tensor, position_bias: torch.Tensor, lora_A: torch.Tensor):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.register_buffer("position_bias", position_bias)
+        self.lora_A = torch.nn.Parameter(lora_A)
+        self.lora_B = torch.nn.Parameter(torch.zeros(weight.shape[0], lora_A.shape[0]))
+        self.position_delta = torch.nn.Parameter(torch.zeros_like(position_bias, dtype=torch.float32))
+        self.checkpointing = False
+
+    def forward(self, latents: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, adapter_on: bool = True) -> torch.Tensor:
+        if self.checkpointing and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(self._velocity, latents, sigma, cond, adapter_on, use_reentrant=False)
+        return self._velocity(latents, sigma, cond, adapter_on)
+
+    def _velocity(self, latents, sigma, cond, adapter_on: bool) -> torch.Tensor:
+        sigma = torch.as_tensor(sigma, dtype=latents.dtype, device=latents.device).reshape(-1, 1, 1)
+        weight = self.weight.to(latents.dtype)
+        bias = self.position_bias.to(latents.dtype)
+        if adapter_on:
+            weight = weight + self.lora_B @ self.lora_A
+            bias = bias + self.position_delta
+        return latents @ weight.T + (1.0 + sigma) * cond[:, None, :] + bias
+
+
 class FakePolicy:
     """A linear velocity field on patchified pixels.
 
@@ -34,11 +64,17 @@ class FakePolicy:
     the position bias ``P`` are frozen random, and the adapter is a rank-``rank`` update ``B·A``
     (``B`` starts at zero) plus a per-position bias ``ΔP`` (starts at zero) so an RL signal that
     differs across the image can be learned.
+
+    It implements every optional member of the protocol a large backbone needs — ``prepare``
+    (DDP / FSDP2 wrapping of its field module), ``enable_gradient_checkpointing``,
+    ``offload_text_encoder`` and frozen weights in ``torch_dtype`` with a float32 adapter — so the
+    engine's paths for them are tested on it exactly.
     """
 
     target_modules = ("velocity_proj",)
 
-    def __init__(self, image_size: tuple[int, int] = (16, 16), patch: int = 4, rank: int = 2, seed: int = 0):
+    def __init__(self, image_size: tuple[int, int] = (16, 16), patch: int = 4, rank: int = 2, seed: int = 0,
+                 device: str = "cpu", torch_dtype: str | torch.dtype = torch.float32):
         h, w = image_size
         if h % patch or w % patch:
             raise ValueError(f"image_size {image_size} must be divisible by patch={patch}")
@@ -48,20 +84,32 @@ class FakePolicy:
         n = (h // patch) * (w // patch)
         gen = torch.Generator().manual_seed(seed)
         c = self.channels
-        self.weight = 0.1 * torch.randn(c, c, generator=gen) / c**0.5
-        self.position_bias = 0.1 * torch.randn(n, c, generator=gen)
-        self.lora_A = torch.nn.Parameter(0.1 * torch.randn(rank, c, generator=gen))
-        self.lora_B = torch.nn.Parameter(torch.zeros(c, rank))
-        self.position_delta = torch.nn.Parameter(torch.zeros(n, c))
+        dtype = getattr(torch, torch_dtype) if isinstance(torch_dtype, str) else torch_dtype
+        weight = (0.1 * torch.randn(c, c, generator=gen) / c**0.5).to(dtype)
+        position_bias = (0.1 * torch.randn(n, c, generator=gen)).to(dtype)
+        self.field = _LinearField(weight, position_bias, 0.1 * torch.randn(rank, c, generator=gen))
+        self.device = torch.device(device)
+        self.field.to(self.device)
+        self._forward = self.field  # the wrapped module after prepare()
         self._adapter_on = True
+        self.text_encoder_loaded = True
+
+    # the adapter, by its historical attribute names
+    lora_A = property(lambda self: self.field.lora_A)
+    lora_B = property(lambda self: self.field.lora_B)
+    position_delta = property(lambda self: self.field.position_delta)
+    weight = property(lambda self: self.field.weight)
+    position_bias = property(lambda self: self.field.position_bias)
 
     # -- Policy protocol ---------------------------------------------------------------------
-    def encode(self, prompts: Sequence[str]) -> torch.Tensor:
+    def encode(self, prompts: Sequence[str], image_size: tuple[int, int] | None = None) -> torch.Tensor:
+        if not self.text_encoder_loaded:
+            raise RuntimeError("FakePolicy: the text encoder was offloaded; prompts must be encoded before")
         vecs = []
         for prompt in prompts:
             words = prompt.lower().split() or [""]
             vecs.append(torch.stack([_word_vector(wd, self.channels, self.seed) for wd in words]).mean(0))
-        return torch.stack(vecs)
+        return torch.stack(vecs).to(self.device)
 
     def sigmas(self, num_steps: int, image_size: tuple[int, int] | None = None) -> torch.Tensor:
         if num_steps < 1:
@@ -74,18 +122,17 @@ class FakePolicy:
 
     def initial_noise(self, n: int, image_size=None, generator: torch.Generator | None = None) -> torch.Tensor:
         gh, gw = self.latent_grid(image_size)
-        return torch.randn(n, gh * gw, self.channels, generator=generator)
+        return torch.randn(n, gh * gw, self.channels, generator=generator).to(self.device)
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor | float, cond: torch.Tensor) -> torch.Tensor:
-        sigma = torch.as_tensor(sigma, dtype=latents.dtype).reshape(-1, 1, 1)
-        weight = self.weight + (self.lora_B @ self.lora_A if self._adapter_on else 0.0)
-        bias = self.position_bias + (self.position_delta if self._adapter_on else 0.0)
-        return latents @ weight.T + (1.0 + sigma) * cond[:, None, :] + bias
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor | float, cond: torch.Tensor,
+                 image_size: tuple[int, int] | None = None) -> torch.Tensor:
+        self._size(image_size)
+        return self._forward(latents, torch.as_tensor(sigma), cond, adapter_on=self._adapter_on)
 
     def decode(self, latents: torch.Tensor, image_size: tuple[int, int] | None = None) -> torch.Tensor:
         h, w = self._size(image_size)
         b, p = latents.shape[0], self.patch
-        x = latents.reshape(b, h // p, w // p, 3, p, p).permute(0, 3, 1, 4, 2, 5).reshape(b, 3, h, w)
+        x = latents.float().reshape(b, h // p, w // p, 3, p, p).permute(0, 3, 1, 4, 2, 5).reshape(b, 3, h, w)
         return ((x + 1.0) / 2.0).clamp(0.0, 1.0)
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
@@ -99,10 +146,26 @@ class FakePolicy:
         finally:
             self._adapter_on = previous
 
+    # -- optional members for training at scale ------------------------------------------------
+    def prepare(self, accelerator) -> torch.nn.Module:
+        """Onto the accelerator's device, the field wrapped by ``accelerator.prepare`` (DDP when
+        several processes run); parameters keep their identity, so the optimizer built after
+        this sees the live adapter."""
+        self.device = torch.device(accelerator.device)
+        self.field.to(self.device)
+        self._forward = accelerator.prepare(self.field)
+        return self._forward
+
+    def enable_gradient_checkpointing(self) -> None:
+        self.field.checkpointing = True
+
+    def offload_text_encoder(self) -> None:
+        self.text_encoder_loaded = False
+
     def save_adapter(self, directory: str | Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = {name: p.detach().contiguous() for name, p in self._adapter().items()}
+        tensors = {name: p.detach().contiguous().cpu() for name, p in self._adapter().items()}
         save_file(tensors, str(directory / ADAPTER_FILE), metadata={"policy": "fake"})
 
     def load_adapter(self, directory: str | Path) -> None:

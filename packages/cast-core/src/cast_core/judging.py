@@ -1,0 +1,175 @@
+"""From images to advantages: verdicts per group, gathered over ranks, projected to maps.
+
+A rank holds part of a group at most; the projector needs the whole group (per-atom z-scores
+across the G images). So each rank scores its own images, the per-group verdicts (scores, and
+heatmaps when the projector uses them) are gathered, and every rank projects the whole group —
+an identical computation everywhere — and keeps the rows it owns. Heatmaps travel on the
+scorer's own grid (a VLM judge's is coarse: one token per 32 px), scores are K floats per image.
+
+A group counts only if every part of it was scored and finite: a judge that failed on one
+rank's images removes the group on every rank, so no rank trains on a group the others skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from cast_core.aggregate import arithmetic_mean, geometric_mean
+from cast_core.distributed import Distributed
+from cast_core.scene_graph import SceneGraph
+from cast_core.types import Rollout
+
+__all__ = ["GroupVerdict", "Judge", "reward_stats"]
+
+
+@dataclass
+class GroupVerdict:
+    """The verdicts of one whole prompt group (all ranks' members, in member order)."""
+
+    index: int  # the prompt's position among the step's prompts
+    graph: SceneGraph
+    scores: torch.Tensor  # [G, K]
+    heatmaps: torch.Tensor | None = None  # [G, K, H, W] on the scorer's grid, when asked
+
+
+def reward_stats(verdicts: Sequence[GroupVerdict], amap_stats: Sequence[dict] = (),
+                 projected: Sequence[GroupVerdict] | None = None) -> dict:
+    """Reward GM/AM/spread and per-atom-kind pass rates of judged groups, and (given the
+    projector's stats of the ``projected`` groups, default the same groups) the fraction of
+    saturated atoms."""
+    projected = verdicts if projected is None else projected
+    gms, ams, passes = [], [], {}
+    for v in verdicts:
+        for row in v.scores.tolist():
+            gms.append(geometric_mean(row))
+            ams.append(arithmetic_mean(row))
+        for k, atom in enumerate(v.graph.atoms):
+            passes.setdefault(atom.kind, []).extend((v.scores[:, k] >= 0.5).float().tolist())
+    sat = sum(int(st.get("saturated_atoms", 0)) for st in amap_stats)
+    total = sum(int(st.get("total_atoms", len(v.graph.atoms))) for st, v in zip(amap_stats, projected))
+    return {
+        "reward_gm": sum(gms) / len(gms) if gms else float("nan"),
+        "reward_am": sum(ams) / len(ams) if ams else float("nan"),
+        "reward_std": float(torch.tensor(gms).std(unbiased=False)) if gms else float("nan"),
+        "saturated_fraction": sat / total if total else float("nan"),
+        **{f"pass_{kind}": sum(v) / len(v) for kind, v in passes.items()},
+    }
+
+
+def local_rows(rollout: Rollout, index: int) -> list[int]:
+    """Rows of ``rollout`` holding members of the step's ``index``-th prompt group."""
+    return [i for i, (p, _) in enumerate(rollout.sample_ids) if p == index]
+
+
+class Judge:
+    """Scores a rollout's images with the scorer, one call per (local part of a) group, and
+    turns whole groups' verdicts into advantage maps with the projector."""
+
+    def __init__(self, scorer: Any, decomposer: Any, projector: Any, dist: Distributed, *, group_size: int,
+                 heatmap_source: str = "final", log: Callable[[str], None] = print, counters: dict | None = None):
+        self.scorer, self.decomposer, self.projector, self.dist = scorer, decomposer, projector, dist
+        self.group_size = group_size
+        self.needs_maps = getattr(projector, "needs_heatmaps", True)
+        self.maps_from_x0 = heatmap_source == "x0" and self.needs_maps
+        self.log = log
+        self.counters = counters if counters is not None else {}
+        self.graphs: dict[str, SceneGraph] = {}
+        self.step = 0  # for log lines
+
+    def graph(self, prompt: str) -> SceneGraph:
+        if prompt not in self.graphs:
+            self.graphs[prompt] = self.decomposer.decompose(prompt)
+        return self.graphs[prompt]
+
+    def _score(self, prompt: str, images: torch.Tensor, graph: SceneGraph, heatmaps: bool):
+        """One scorer call: (scores [n, K], heatmaps [n, K, H, W] or None, error or None), on the CPU."""
+        try:
+            out = self.scorer.score(images, [graph] * len(images), heatmaps=heatmaps)
+        except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
+            return None, None, f"scorer failed on prompt {prompt!r} ({type(err).__name__}: {err})"
+        scores = torch.stack([s.detach().float().cpu() for s in out.scores])
+        if not torch.isfinite(scores).all():
+            return None, None, f"non-finite scores for prompt {prompt!r}"
+        maps = torch.stack([h.detach().float().cpu() for h in out.heatmaps]) if heatmaps else None
+        return scores, maps, None
+
+    def _gather(self, parts: dict[int, tuple]) -> dict[int, tuple[torch.Tensor | None, torch.Tensor | None, list[str]]]:
+        """Merge every rank's ``{group: (member ids, scores, maps, error)}`` into whole groups:
+        ``{group: (scores [G, K] or None, maps or None, errors)}`` — None when any part failed."""
+        merged: dict[int, list] = {}
+        for rank_parts in self.dist.gather_objects(parts):
+            for p, part in rank_parts.items():
+                merged.setdefault(p, []).append(part)
+        out = {}
+        for p, pieces in sorted(merged.items()):
+            errors = [e for _, _, _, e in pieces if e]
+            if errors:
+                out[p] = (None, None, errors)
+                continue
+            pieces.sort(key=lambda piece: piece[0][0])
+            scores = torch.cat([s for _, s, _, _ in pieces])
+            maps = None if pieces[0][2] is None else torch.cat([m for _, _, m, _ in pieces])
+            out[p] = (scores, maps, [])
+        return out
+
+    def _skip(self, errors: list[str]) -> None:
+        self.counters["scorer_failures"] = self.counters.get("scorer_failures", 0) + len(errors)
+        if self.dist.is_main:
+            for e in errors:
+                self.log(f"step {self.step}: {e}; group skipped")
+
+    def verdicts(self, prompts: Sequence[str], rollout: Rollout) -> list[GroupVerdict]:
+        """Verdicts on the final images for every group the scorer could judge (identical on
+        every rank). Heatmaps come along when the projector uses final-image maps."""
+        final_maps = self.needs_maps and not self.maps_from_x0
+        parts = {}
+        for p in sorted({p for p, _ in rollout.sample_ids}):
+            rows = local_rows(rollout, p)
+            scores, maps, err = self._score(prompts[p], rollout.images[rows], self.graph(prompts[p]), final_maps)
+            parts[p] = ([rollout.sample_ids[r][1] for r in rows], scores, maps, err)
+        verdicts = []
+        for p, (scores, maps, errors) in self._gather(parts).items():
+            if errors:
+                self._skip(errors)
+                continue
+            verdicts.append(GroupVerdict(p, self.graph(prompts[p]), scores, maps))
+        return verdicts
+
+    def advantages(self, verdicts: Sequence[GroupVerdict], rollout: Rollout, latent_grid: tuple[int, int],
+                   map_images: torch.Tensor | None = None) -> tuple[list[int], list[tuple[int, int]], torch.Tensor, list[GroupVerdict], list[dict]]:
+        """Advantage maps of the judged groups: ``(local rows, their sample ids, A [n_local, h·w],
+        the groups kept, projector stats)``. ``map_images`` (this rank's rows) are what the
+        heatmaps are scored on when they do not come from the final image (x̂0 before the
+        window: it depends on the state before the window's actions only, so weighting a
+        position's log-prob by it cannot reward the actions for where objects ended up)."""
+        if map_images is not None:
+            parts = {}
+            for v in verdicts:
+                rows = local_rows(rollout, v.index)
+                if rows:
+                    _, maps, err = self._score(v.graph.prompt, map_images[rows], v.graph, True)
+                    parts[v.index] = ([rollout.sample_ids[r][1] for r in rows], torch.zeros(0), maps, err)
+            gathered = self._gather(parts)
+            kept_verdicts = []
+            for v in verdicts:
+                _, maps, errors = gathered.get(v.index, (None, None, ["no member of the group was scored"]))
+                if errors:
+                    self._skip(errors)
+                    continue
+                kept_verdicts.append(GroupVerdict(v.index, v.graph, v.scores, maps))
+            verdicts = kept_verdicts
+        rows_out, ids_out, maps_out, stats = [], [], [], []
+        for v in verdicts:
+            amap = self.projector.project(v.scores, v.heatmaps, v.graph, latent_grid)
+            stats.append(amap.stats)
+            values = amap.values.reshape(len(v.scores), -1)
+            for r in local_rows(rollout, v.index):
+                member = rollout.sample_ids[r][1]
+                rows_out.append(r)
+                ids_out.append(rollout.sample_ids[r])
+                maps_out.append(values[member])
+        adv = torch.stack(maps_out) if maps_out else torch.empty(0, latent_grid[0] * latent_grid[1])
+        return rows_out, ids_out, adv, list(verdicts), stats

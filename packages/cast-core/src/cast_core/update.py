@@ -1,0 +1,190 @@
+"""The policy update: ``inner_epochs`` passes of the clipped objective over a step's samples.
+
+Three batch sizes, each with one job:
+
+* the **step's batch** — ``prompts_per_step × group_size`` samples, shared among the ranks;
+* the **minibatch** (``minibatch_size``, 0 = the whole batch) — the samples of one optimizer
+  step, counted over all ranks;
+* the **micro-batch** (``micro_batch_size``, 0 = the minibatch) — the samples of one forward and
+  backward pass on one rank; gradients accumulate over micro-batches.
+
+A micro-batch's loss (a mean over its samples) is weighted by its share of the minibatch, so
+the accumulated gradient is the minibatch-mean gradient whatever the micro-batch size or the
+number of ranks: gradient accumulation changes memory, not the update. Between micro-batches
+the gradient sync is skipped (``no_sync``) and happens once per optimizer step. The minibatch
+order is global (epoch 0 keeps sampling order, so a full-batch first pass recomputes exactly
+the sampled log-probs; later epochs shuffle with a generator every rank seeds alike), and every
+rank takes its own members of each minibatch.
+
+Every rank runs the same number of synced backward passes whatever it holds — a rank without a
+member in a minibatch contributes a zero-weighted pass — and skips are decided collectively.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from cast_core.conditioning import select_rows
+from cast_core.distributed import Distributed
+from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
+from cast_core.sde import reduce_per_position, sde_step
+from cast_core.seeding import generator_for
+from cast_core.types import Rollout
+
+__all__ = ["PolicyUpdate"]
+
+_MEAN_KEYS = ("loss", "kl", "clip_fraction", "approx_kl", "ratio_mean")
+
+
+class PolicyUpdate:
+    def __init__(self, config: Any, policy: Any, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
+                 dist: Distributed, *, module: torch.nn.Module | None, autocast: Callable[[], Any],
+                 image_size: tuple[int, int] | None, log: Callable[[str], None], counters: dict, ema: list | None):
+        self.config, self.policy, self.params, self.optimizer = config, policy, params, optimizer
+        self.dist, self.module, self.autocast, self.image_size = dist, module, autocast, image_size
+        self.log, self.counters, self.ema = log, counters, ema
+        # DDP (and FSDP) average gradients over ranks; the explicit path sums them
+        self.ddp = module is not None and dist.active and hasattr(module, "no_sync")
+        self.step = 0  # for log lines
+
+    # -- one transition's log-prob and objective --------------------------------------------------
+    def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
+        """The SDE step of a stored transition under the current policy. The velocity runs under
+        the same autocast as sampling (``precision``), so that the first pass recomputes exactly
+        the sampled log-probs; the SDE arithmetic stays in float32."""
+        with self.autocast():
+            v = self.policy.velocity(latents, sigma, cond, image_size=self.image_size)
+        return sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents,
+                        noise_block=self.config.noise_block)
+
+    def objective(self, log_prob: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The clipped objective of one window step: per position (CAST) or per sample (Flow-GRPO)."""
+        cfg = self.config
+        if cfg.ratio_mode == "position":
+            return clipped_objective(reduce_per_position(log_prob), old, adv, cfg.clip_range)
+        return flow_grpo_objective(reduce_per_position(log_prob).mean(1), old.mean(1), adv.mean(1), cfg.clip_range,
+                                   adv_clip=cfg.adv_clip)
+
+    def _loss(self, rollout: Rollout, rows: torch.Tensor, t: int, adv: torch.Tensor, cond) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        cfg = self.config
+        sig = rollout.sigmas
+        si = rollout.step_indices[t]
+        sigma, sigma_next = sig[si], sig[si + 1]
+        x, x_next = rollout.latents[rows, t], rollout.next_latents[rows, t]
+        cur = self.log_prob(x, x_next, sigma, sigma_next, cond, sig[1])
+        loss, diag = self.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
+        kl = torch.zeros((), device=loss.device)
+        if cfg.beta > 0:
+            with torch.no_grad(), self.policy.reference():
+                ref = self.log_prob(x, x_next, sigma, sigma_next, cond, sig[1])
+            kl = kl_penalty(cur.mean, ref.mean, cur.std_dev_t)
+        return loss, kl, diag
+
+    # -- the update -------------------------------------------------------------------------------
+    def minibatches(self, kept_ids: list[tuple[int, int]], step: int) -> list[list[list[tuple[int, int]]]]:
+        """Per epoch, the minibatches as lists of global sample ids (identical on every rank)."""
+        cfg = self.config
+        order = sorted(kept_ids)
+        n = len(order)
+        size = cfg.minibatch_size or n
+        epochs = []
+        for epoch in range(cfg.inner_epochs):
+            if epoch > 0:
+                perm = torch.randperm(n, generator=generator_for(cfg.seed, step, "shuffle", epoch)).tolist()
+                order = [sorted(kept_ids)[i] for i in perm]
+            epochs.append([order[i:i + size] for i in range(0, n, size)])
+        return epochs
+
+    def run(self, rollout: Rollout, rows: list[int], ids: list[tuple[int, int]], advantages: torch.Tensor,
+            all_ids: list[tuple[int, int]], step: int) -> dict:
+        """Train on this rank's ``rows`` of ``rollout`` (sample ``ids``, advantages ``[n, h·w]``);
+        ``all_ids`` are the kept samples of every rank. Returns the update's metrics (identical
+        on every rank)."""
+        cfg = self.config
+        self.step = step
+        row_of = dict(zip(ids, rows))
+        adv_of = dict(zip(ids, range(len(ids))))
+        T = len(rollout.step_indices)
+        sums = {k: 0.0 for k in _MEAN_KEYS}
+        weight_total, ratio_min, ratio_max, grad_norms = 0.0, float("inf"), float("-inf"), []
+        for epoch_batches in self.minibatches(all_ids, step):
+            for members in epoch_batches:
+                mine = [s for s in members if s in row_of]
+                micro = cfg.micro_batch_size or max(len(mine), 1)
+                chunks = [mine[i:i + micro] for i in range(0, len(mine), micro)] or [[]]
+                self.optimizer.zero_grad(set_to_none=True)
+                finite = True
+                passes = [(c, t) for c in chunks for t in range(T)]
+                for i, (chunk, t) in enumerate(passes):
+                    last = i == len(passes) - 1
+                    with self._no_sync(not last):
+                        ok, stats = self._accumulate(rollout, chunk, t, row_of, adv_of, advantages, len(members), T)
+                    finite &= ok
+                    if stats:
+                        for k in _MEAN_KEYS:
+                            sums[k] += stats[k] * stats["weight"]
+                        weight_total += stats["weight"]
+                        ratio_min, ratio_max = min(ratio_min, stats["ratio_min"]), max(ratio_max, stats["ratio_max"])
+                if not self.ddp:
+                    self.dist.sum_gradients(self.params)
+                grads_ok = all(p.grad is None or torch.isfinite(p.grad).all() for p in self.params)
+                if not self.dist.all_true(finite and grads_ok):
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.counters["skipped_updates"] = self.counters.get("skipped_updates", 0) + 1
+                    if self.dist.is_main:
+                        self.log(f"step {step}: non-finite loss or gradient; update skipped")
+                    continue
+                if cfg.max_grad_norm > 0:
+                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)))
+                self.optimizer.step()
+                if self.ema is not None:
+                    with torch.no_grad():
+                        for e, p in zip(self.ema, self.params):
+                            e.lerp_(p.detach(), 1.0 - cfg.ema)
+        return self._metrics(sums, weight_total, ratio_min, ratio_max, grad_norms)
+
+    def _no_sync(self, skip: bool):
+        if skip and self.ddp:
+            return self.dist.accelerator.no_sync(self.module)
+        return contextlib.nullcontext()
+
+    def _accumulate(self, rollout: Rollout, chunk: list, t: int, row_of: dict, adv_of: dict,
+                    advantages: torch.Tensor, minibatch: int, T: int) -> tuple[bool, dict | None]:
+        """Forward and backward of one micro-batch at window step ``t``, weighted by its share of
+        the minibatch. An empty chunk (a rank without members here) runs a zero-weighted pass
+        so that the gradient sync still happens on every rank."""
+        if chunk:
+            rows = torch.tensor([row_of[s] for s in chunk])
+            adv = advantages[[adv_of[s] for s in chunk]]
+            weight = len(chunk) / minibatch
+        else:
+            if not self.dist.active:
+                return True, None
+            rows, adv, weight = torch.tensor([0]), advantages.new_zeros(1, advantages.shape[1] if advantages.ndim == 2 else 1), 0.0
+        cond = select_rows(rollout.conditioning, rows)
+        loss, kl, diag = self._loss(rollout, rows, t, adv.to(rollout.log_probs.device), cond)
+        total = (loss + self.config.beta * kl) * (weight / T)
+        if self.ddp:
+            total = total * self.dist.world  # DDP averages over ranks; the weights already sum to 1
+        finite = bool(torch.isfinite(total))
+        if not chunk:
+            total = total * 0.0
+        self.dist.accelerator.backward(total) if self.dist.accelerator is not None else total.backward()
+        if not chunk:
+            return True, None
+        stats = {"loss": float(loss.detach()), "kl": float(kl.detach()), "weight": weight / T, **diag}
+        return finite, stats
+
+    def _metrics(self, sums: dict, weight: float, ratio_min: float, ratio_max: float, grad_norms: list) -> dict:
+        """Weighted means over every rank's passes (so they equal a single process's)."""
+        parts = self.dist.gather_objects((sums, weight, ratio_min, ratio_max))
+        total = sum(w for _, w, _, _ in parts)
+        out = {k: (sum(s[k] for s, _, _, _ in parts) / total if total else float("nan")) for k in _MEAN_KEYS}
+        lo, hi = min(p[2] for p in parts), max(p[3] for p in parts)
+        out["ratio_min"] = lo if lo != float("inf") else float("nan")
+        out["ratio_max"] = hi if hi != float("-inf") else float("nan")
+        out["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
+        return out
