@@ -18,6 +18,8 @@ from typing import Any, Iterable
 
 import torch
 
+from cast_core.errors import CastError
+
 __all__ = ["Distributed"]
 
 
@@ -44,7 +46,7 @@ class Distributed:
         """This rank's contiguous share of ``n`` items (``n`` must divide evenly: equal shares keep
         every rank's collectives in step and every sample's gradient weight equal)."""
         if n % self.world:
-            raise ValueError(
+            raise CastError(
                 f"{n} samples per step cannot be shared equally by {self.world} processes; make "
                 f"prompts_per_step × group_size a multiple of the process count"
             )

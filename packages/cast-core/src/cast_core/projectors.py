@@ -30,6 +30,7 @@ __all__ = [
     "AtomProjector",
     "normalise_heatmaps",
     "equalise_mass",
+    "resize_maps",
     "HEATMAP_NORMS",
     "ATOM_CREDITS",
 ]
@@ -109,6 +110,22 @@ def normalise_heatmaps(heatmaps: torch.Tensor | None, shape: tuple[int, ...]) ->
     return torch.where(usable, hm / torch.where(usable, peak, torch.ones_like(peak)), torch.ones_like(hm))
 
 
+def resize_maps(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """``[..., H, W]`` maps onto the ``size`` latent grid: area averaging where the maps are at
+    least as fine as the grid (an image-grid map: each latent position gets the mean over the
+    pixels it covers), bilinear interpolation where they are coarser (a VLM judge's map has one
+    cell per 32 px, coarser than FLUX.2's 16 px latent positions; copying cells would put
+    hard steps into the advantage map)."""
+    h, w = size
+    H, W = maps.shape[-2:]
+    flat = maps.reshape(-1, 1, H, W)
+    if H >= h and W >= w:
+        out = F.adaptive_avg_pool2d(flat, (h, w))
+    else:
+        out = F.interpolate(flat, size=(h, w), mode="bilinear", align_corners=False)
+    return out.reshape(*maps.shape[:-2], h, w)
+
+
 HEATMAP_NORMS = ("max", "mass")
 ATOM_CREDITS = ("zscore", "log-gm")
 
@@ -126,9 +143,10 @@ class SpatialProjector:
 
     ``Â[g,k]`` are per-atom z-scores of the gated scores (``gating`` ``"soft"`` or ``"hard"``,
     ``threshold`` for hard), ``Âg`` the prompt-level GM z-score, ``H̃`` the max-normalised
-    heatmaps (see :func:`normalise_heatmaps`). The map is formed on the image grid and
-    area-averaged onto the ``(h, w)`` latent grid — implemented by pooling each ``H̃`` first,
-    which is the same thing because pooling is linear and λ·Âg is constant — then clipped to
+    heatmaps (see :func:`normalise_heatmaps`). The map is formed on the heatmaps' grid and
+    resized onto the ``(h, w)`` latent grid (:func:`resize_maps`: area averaging from the image
+    grid, bilinear from a judge's coarser grid) — implemented by resizing each ``H̃`` first,
+    which is the same thing because resizing is linear and λ·Âg is constant — then clipped to
     ``±adv_clip``. Saturated atoms contribute nothing because their ``Â`` is 0.
 
     ``atom_credit="log-gm"`` replaces the per-atom z-scores by atom advantages that add up to
@@ -194,7 +212,7 @@ class SpatialProjector:
             maps = normalise_heatmaps(None, (g, k, h, w)).to(device)
         else:
             maps = normalise_heatmaps(heatmaps, ())
-            maps = F.adaptive_avg_pool2d(maps.reshape(g * k, 1, *maps.shape[-2:]), (h, w)).reshape(g, k, h, w)
+            maps = resize_maps(maps.reshape(g * k, 1, *maps.shape[-2:]), (h, w)).reshape(g, k, h, w)
             if self.heatmap_norm == "mass":
                 maps = equalise_mass(maps)
         values = self.lam * adv_g[:, None, None] + torch.einsum("gk,gkhw->ghw", adv_atoms, maps)

@@ -1,0 +1,124 @@
+"""Multi-process training on the fake policy (torchrun, gloo on the CPU, 127.0.0.1): two
+processes give what one gives — advantages, windows, weights — only rank 0 writes, a group split
+across ranks is judged whole, and a killed two-process run resumes to the uninterrupted adapter."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from cast_core.checkpoints import latest_checkpoint
+from cast_core.launch import free_port
+
+HERE = Path(__file__).parent
+
+
+def torchrun(n: int, *args: str, **popen) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(n),
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
+
+
+def run_workers(tmp_path, n: int, overrides: dict, name: str) -> list[dict]:
+    out = tmp_path / f"{name}-out"
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(torchrun(n, str(HERE / "dist_worker.py"), str(tmp_path / name), str(out), json.dumps(overrides)),
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+def by_id(records: list[dict], step: int, key: str) -> dict:
+    out = {}
+    for rec in records:
+        s = rec["steps"][step]
+        for i, v in zip(s["ids"], s[key]):
+            out[tuple(i)] = v
+    return out
+
+
+@pytest.mark.parametrize("overrides", [{}, {"micro_batch_size": 2, "heatmap_source": "x0", "window_start": 1}],
+                         ids=["plain", "micro-batches+x0-maps"])
+def test_two_processes_train_as_one(tmp_path, overrides):
+    one = run_workers(tmp_path, 1, overrides, "one")
+    two = run_workers(tmp_path, 2, overrides, "two")
+    assert [r["world"] for r in two] == [2, 2]
+    # 12 samples a step: rank 0 holds (0,0)..(1,1), rank 1 (1,2)..(2,3) — group 1 is split
+    assert two[0]["steps"][0]["ids"][-1] == [1, 1] and two[1]["steps"][0]["ids"][0] == [1, 2]
+    for step in range(3):
+        a1, a2 = by_id(one, step, "advantages"), by_id(two, step, "advantages")
+        assert a1.keys() == a2.keys() and len(a1) == 12
+        for k in a1:  # the split group's advantages are the whole group's
+            torch.testing.assert_close(torch.tensor(a2[k]), torch.tensor(a1[k]), atol=1e-5, rtol=1e-5)
+        i1, i2 = by_id(one, step, "images"), by_id(two, step, "images")
+        for k in i1:  # per-sample noise: the same image on whichever rank draws it
+            torch.testing.assert_close(torch.tensor(i2[k]), torch.tensor(i1[k]), atol=1e-5, rtol=1e-5)
+        assert two[0]["steps"][step]["window"] == two[1]["steps"][step]["window"] == one[0]["steps"][step]["window"]
+    for p1, p2a, p2b in zip(one[0]["adapter"], two[0]["adapter"], two[1]["adapter"]):
+        assert torch.equal(torch.tensor(p2a), torch.tensor(p2b))  # ranks hold the same weights
+        torch.testing.assert_close(torch.tensor(p2a), torch.tensor(p1), atol=1e-5, rtol=1e-4)
+    assert two[0]["last"]["reward_gm"] == pytest.approx(one[0]["last"]["reward_gm"], abs=1e-6)
+    assert two[0]["last"]["loss"] == pytest.approx(one[0]["last"]["loss"], abs=1e-6)
+    assert two[0]["writes"] == ["config"] + ["checkpoint"] * 3 and two[1]["writes"] == []
+
+
+def cast_train(n: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "cast_core.cli", "train", *args, "--num-processes", str(n)]
+
+
+TRAIN_ARGS = ["--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness",
+              "--decomposer", "fake", "--projector", "spatial",
+              "--set", 'prompts=["a red circle", "a blue square", "two green triangles"]', "--set", "group_size=4",
+              "--set", "prompts_per_step=2", "--set", "num_steps=6", "--set", "window_size=3", "--set", "lr=0.05",
+              "--set", "clip_range=0.2", "--set", "checkpoint_every=1", "--set", "sample_every=0", "--steps", "40"]
+
+
+def adapter(run: Path) -> dict:
+    return load_file(str(latest_checkpoint(run) / "adapter" / "adapter.safetensors"))
+
+
+def test_sigkill_of_a_two_process_run_then_resume_matches_the_uninterrupted_run(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    done = subprocess.run(cast_train(2, *TRAIN_ARGS, "--out", str(straight)), capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "run directory:" in done.stdout and done.stdout.count("run directory:") == 1  # rank 0 speaks
+    proc = subprocess.Popen(cast_train(2, *TRAIN_ARGS, "--out", str(killed)), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (killed / "checkpoints" / "step-00008").exists():
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both ranks, mid-run
+    proc.wait()
+    at_kill = latest_checkpoint(killed)
+    assert at_kill is not None and int(at_kill.name[5:]) < 40, "the run finished before it could be killed"
+    resumed = subprocess.run(cast_train(2, "--resume", str(killed)), capture_output=True, text=True, env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = adapter(straight), adapter(killed)
+    assert latest_checkpoint(killed).name == "step-00040"
+    assert all(torch.equal(a[k], b[k]) for k in a), {k: float((a[k] - b[k]).abs().max()) for k in a}
+    # a different process count resumes too (same samples; float tolerance: other batch kernels)
+    one = tmp_path / "one"
+    subprocess.run(cast_train(1, *TRAIN_ARGS[:-1], "20", "--out", str(one)), check=True, capture_output=True, env=env)
+    more = subprocess.run(cast_train(2, "--resume", str(one), "--steps", "40"), capture_output=True, text=True, env=env)
+    assert more.returncode == 0, more.stderr[-3000:]
+    c = adapter(one)
+    for k in a:
+        torch.testing.assert_close(c[k], a[k], atol=1e-4, rtol=1e-3)
+
+
+def test_uneven_shares_are_refused_with_the_fix(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    args = [a if a != "prompts_per_step=2" else "prompts_per_step=1" for a in TRAIN_ARGS]
+    args = [a if a != "group_size=4" else "group_size=3" for a in args]
+    out = subprocess.run(cast_train(2, *args, "--out", str(tmp_path / "r")), capture_output=True, text=True, env=env)
+    assert out.returncode != 0
+    assert "3 samples per step cannot be shared equally by 2 processes" in out.stderr
