@@ -306,6 +306,7 @@ class Trainer:
     def train_step(self) -> dict:
         cfg = self.config
         t0 = time.perf_counter()
+        sent_before, steps_before = self.dist.bytes_sent, self.updater.optimizer_steps
         prompts = self.pick_prompts(self.step)
         window = self.window_for(self.step, prompts)
         rollout = self.rollout(prompts, window, self.step)
@@ -328,6 +329,10 @@ class Trainer:
                         "peak_memory_mb": _peak_memory_mb(self.policy_device()), **self.counters})
         if self.dist.active:
             metrics["processes"] = self.dist.world
+            # this process's payload in cast's collectives this step, plus DDP's gradient all-reduce
+            ddp = sum(p.numel() * p.element_size() for p in self.params) * (self.updater.optimizer_steps - steps_before) \
+                if self.updater.ddp else 0
+            metrics["comm_bytes"] = self.dist.bytes_sent - sent_before + ddp
         if cfg.sample_every and self.step % cfg.sample_every == 0 and self.dist.is_main:
             self.write_samples(prompts, rollout, rows, advantages)
         return metrics

@@ -49,6 +49,7 @@ class PolicyUpdate:
         # DDP (and FSDP) average gradients over ranks; the explicit path sums them
         self.ddp = module is not None and dist.active and hasattr(module, "no_sync")
         self.step = 0  # for log lines
+        self.optimizer_steps = 0  # gradient syncs so far (a benchmark counts their bytes)
 
     # -- one transition's log-prob and objective --------------------------------------------------
     def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
@@ -128,6 +129,7 @@ class PolicyUpdate:
                             sums[k] += stats[k] * stats["weight"]
                         weight_total += stats["weight"]
                         ratio_min, ratio_max = min(ratio_min, stats["ratio_min"]), max(ratio_max, stats["ratio_max"])
+                self.optimizer_steps += 1
                 if not self.ddp:
                     self.dist.sum_gradients(self.params)
                 grads_ok = all(p.grad is None or torch.isfinite(p.grad).all() for p in self.params)
