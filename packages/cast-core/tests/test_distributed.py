@@ -84,6 +84,8 @@ def adapter(run: Path) -> dict:
     return load_file(str(latest_checkpoint(run) / "adapter" / "adapter.safetensors"))
 
 
+@pytest.mark.slow  # an intermittent SIGABRT of one rank of the launcher (seen once in a full `make test`, not
+# reproduced in 7 standalone runs) must be understood before this runs in CI; `make test-slow` runs it
 def test_sigkill_of_a_two_process_run_then_resume_matches_the_uninterrupted_run(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     straight, killed = tmp_path / "straight", tmp_path / "killed"
