@@ -285,8 +285,8 @@ class Trainer:
         """Where the policy computes: its ``device`` attribute, else its trainable parameters'
         (a policy without the attribute on CUDA must not get CPU autocast, i.e. no bf16 at all)."""
         device = getattr(self.policy, "device", None)
-        if device is None:
-            params = list(self.policy.trainable_parameters())
+        if device is None:  # called on every forward: use the parameter list once it exists
+            params = getattr(self, "params", None) or list(self.policy.trainable_parameters())
             device = params[0].device if params else None
         return torch.device(device if device is not None else "cpu")
 

@@ -88,14 +88,15 @@ class PolicyUpdate:
     def minibatches(self, kept_ids: list[tuple[int, int]], step: int) -> list[list[list[tuple[int, int]]]]:
         """Per epoch, the minibatches as lists of global sample ids (identical on every rank)."""
         cfg = self.config
-        order = sorted(kept_ids)
-        n = len(order)
+        base = sorted(kept_ids)
+        n = len(base)
         size = cfg.minibatch_size or n
         epochs = []
         for epoch in range(cfg.inner_epochs):
+            order = base
             if epoch > 0:
                 perm = torch.randperm(n, generator=generator_for(cfg.seed, step, "shuffle", epoch)).tolist()
-                order = [sorted(kept_ids)[i] for i in perm]
+                order = [base[i] for i in perm]
             epochs.append([order[i:i + size] for i in range(0, n, size)])
         return epochs
 
@@ -174,7 +175,10 @@ class PolicyUpdate:
         finite = bool(torch.isfinite(total))
         if not chunk:
             total = total * 0.0
-        self.dist.accelerator.backward(total) if self.dist.accelerator is not None else total.backward()
+        if self.dist.accelerator is not None:
+            self.dist.accelerator.backward(total)
+        else:
+            total.backward()
         if not chunk:
             return True, None
         stats = {"loss": float(loss.detach()), "kl": float(kl.detach()), "weight": weight / T, **diag}
