@@ -25,11 +25,13 @@ def torchrun(n: int, *args: str, **popen) -> list[str]:
             "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
 
 
-def run_workers(tmp_path, n: int, overrides: dict, name: str) -> list[dict]:
+def run_workers(tmp_path, n: int, overrides: dict, name: str, run: str | None = None) -> list[dict]:
+    """Train in ``tmp_path/name`` (or resume ``tmp_path/run``) with ``n`` processes."""
     out = tmp_path / f"{name}-out"
     out.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(torchrun(n, str(HERE / "dist_worker.py"), str(tmp_path / name), str(out), json.dumps(overrides)),
+    args = [str(tmp_path / (run or name)), str(out), json.dumps(overrides), "resume" if run else "fresh"]
+    proc = subprocess.run(torchrun(n, str(HERE / "dist_worker.py"), *args),
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
@@ -67,6 +69,53 @@ def test_two_processes_train_as_one(tmp_path, overrides):
     assert two[0]["last"]["reward_gm"] == pytest.approx(one[0]["last"]["reward_gm"], abs=1e-6)
     assert two[0]["last"]["loss"] == pytest.approx(one[0]["last"]["loss"], abs=1e-6)
     assert two[0]["writes"] == ["config"] + ["checkpoint"] * 3 and two[1]["writes"] == []
+
+
+FSDP = {"ema": 0.9, "micro_batch_size": 2, "max_grad_norm": 0.003}  # EMA, accumulation and clipping on
+
+
+def assert_close_lists(a: list, b: list, **tol) -> None:
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(torch.tensor(x), torch.tensor(y), **tol)
+
+
+def test_fsdp2_on_two_processes_trains_as_one_unsharded_process(tmp_path):
+    """Each process holds half of every weight (frozen bf16-able base and float32 adapter alike);
+    the update, the clipped global norm, the EMA and the checkpoint are the unsharded run's."""
+    one = run_workers(tmp_path, 1, {**FSDP, "probe_window": True}, "one")
+    two = run_workers(tmp_path, 2, {**FSDP, "probe_window": True, "sharding": "fsdp2"}, "two")
+    assert [r["sharded"] for r in two] == [True, True] and one[0]["sharded"] is False
+    # a window measurement runs forward passes, collectives once sharded: every process measures
+    assert [r["window_measurements"] for r in two] == [1, 1] and two[0]["steps"][0]["window"] == [1, 3]
+    for step in range(3):
+        a1, a2 = by_id(one, step, "advantages"), by_id(two, step, "advantages")
+        assert a1.keys() == a2.keys()
+        for k in a1:
+            torch.testing.assert_close(torch.tensor(a2[k]), torch.tensor(a1[k]), atol=1e-5, rtol=1e-5)
+    assert two[0]["adapter"] == two[1]["adapter"]
+    assert_close_lists(two[0]["adapter"], one[0]["adapter"], atol=1e-5, rtol=1e-4)
+    assert_close_lists(two[0]["ema"], one[0]["ema"], atol=1e-5, rtol=1e-4)
+    assert one[0]["last"]["grad_norm"] > FSDP["max_grad_norm"]  # clipping was active
+    assert two[0]["last"]["grad_norm"] == pytest.approx(one[0]["last"]["grad_norm"], rel=1e-4)
+    assert two[0]["writes"] == ["config"] + ["checkpoint"] * 3 and two[1]["writes"] == []
+    # the checkpoint holds whole tensors, loadable by an unsharded run
+    a, b = adapter(tmp_path / "two"), adapter(tmp_path / "one")
+    assert {k: v.shape for k, v in a.items()} == {k: v.shape for k, v in b.items()}
+    opt = torch.load(latest_checkpoint(tmp_path / "two") / "optimizer.pt", weights_only=True)
+    assert [tuple(s["exp_avg"].shape) for s in opt["optimizer"]["state"].values()] == [tuple(v.shape) for v in b.values()]
+
+
+def test_fsdp2_resume_is_bit_identical_and_loads_on_another_process_count(tmp_path):
+    straight = run_workers(tmp_path, 2, {**FSDP, "sharding": "fsdp2"}, "straight")
+    run_workers(tmp_path, 2, {**FSDP, "sharding": "fsdp2", "steps": 2}, "cut")
+    resumed = run_workers(tmp_path, 2, {**FSDP, "sharding": "fsdp2"}, "resumed", run="cut")
+    assert len(resumed[0]["steps"]) == 1  # only step 3 was trained after the resume
+    assert resumed[0]["adapter"] == straight[0]["adapter"]  # optimizer slices and EMA restored exactly
+    assert resumed[0]["ema"] == straight[0]["ema"]
+    run_workers(tmp_path, 2, {**FSDP, "sharding": "fsdp2", "steps": 2}, "cut1")
+    single = run_workers(tmp_path, 1, FSDP, "single", run="cut1")  # sharded checkpoint, unsharded resume
+    assert_close_lists(single[0]["adapter"], straight[0]["adapter"], atol=1e-5, rtol=1e-4)
+    assert_close_lists(single[0]["ema"], straight[0]["ema"], atol=1e-5, rtol=1e-4)
 
 
 def cast_train(n: int, *args: str) -> list[str]:

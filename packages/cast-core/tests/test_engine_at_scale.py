@@ -161,6 +161,28 @@ def test_a_policy_without_the_optional_members_gets_a_clear_error(tmp_path, monk
         Trainer(fake_config(offload_text_encoder=True), tmp_path / "b", log=quiet)
 
 
+def test_fsdp2_sharding_errors_say_what_to_do(tmp_path, monkeypatch):
+    """(The sharded run itself is in test_distributed.py: it needs several processes.)"""
+    import cast_core.trainer as trainer_module
+    from cast_core.distributed import Distributed
+
+    with pytest.raises(ConfigError, match="this run has one; launch it with --num-processes N"):
+        Trainer(fake_config(sharding="fsdp2"), tmp_path / "a", log=quiet)
+
+    class Several(Distributed):  # what the trainer sees under a launcher, without starting one
+        active = True
+
+    monkeypatch.setattr(trainer_module, "Distributed", Several)
+
+    class Unshardable(FakePolicy):
+        def prepare(self, accelerator):
+            return super().prepare(accelerator)
+
+    monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: Unshardable(**kw))
+    with pytest.raises(ConfigError, match="cannot shard itself .* use sharding = \"accelerate\""):
+        Trainer(fake_config(sharding="fsdp2"), tmp_path / "b", log=quiet)
+
+
 def _without(policy, name):
     """The policy, seen through a proxy that lacks ``name``."""
 

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import torch
 
+from cast_core.sharding import full_optimizer_state, full_tensor, shard_optimizer_state
+
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -36,20 +38,29 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
 
 def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torch.optim.Optimizer,
                     state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, keep: int = 3,
-                    write_extra: Callable[[Path], None] | None = None) -> Path:
+                    write_extra: Callable[[Path], None] | None = None, *, writer: bool = True) -> Path:
     """Write ``checkpoints/step-{step:05d}`` atomically and delete all but the newest ``keep``.
     ``write_extra(directory)`` may add files (e.g. an EMA adapter) before the rename, so they are
-    part of the same all-or-nothing checkpoint."""
+    part of the same all-or-nothing checkpoint.
+
+    With sharded (FSDP2) weights every process calls this: the adapter, optimizer state and
+    ``tensors`` are gathered whole on every process (collectives), and only the ``writer``
+    touches the disk — so the checkpoint holds full tensors and resumes with any process count."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:05d}"
     tmp = root / f".step-{step:05d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    if writer:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
     policy.save_adapter(tmp / "adapter")
-    torch.save({"optimizer": optimizer.state_dict(), "tensors": tensors or {}}, tmp / "optimizer.pt")
+    blob = {"optimizer": full_optimizer_state(optimizer),
+            "tensors": {k: full_tensor(v).detach().cpu() for k, v in (tensors or {}).items()}}
     if write_extra is not None:
         write_extra(tmp)
+    if not writer:
+        return final
+    torch.save(blob, tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
         shutil.rmtree(final)
@@ -69,4 +80,5 @@ def load_checkpoint(path: str | Path, policy: Any, optimizer: torch.optim.Optimi
     # load_state_dict then moves the optimizer state to the parameters' device
     blob = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
     optimizer.load_state_dict(blob["optimizer"])
+    shard_optimizer_state(optimizer)  # full tensors on disk; each process keeps its slice
     return json.loads((path / "state.json").read_text()), blob.get("tensors", {})

@@ -94,6 +94,11 @@ class TrainConfig:
                                "minibatch_size (same update, less memory); 0 = the whole minibatch", low=0, high=100_000)
     gradient_checkpointing: bool = _f(False, "recompute the policy's activations in the backward pass "
                                       "(enable_gradient_checkpointing())")
+    sharding: str = _f("accelerate", "how several processes hold the policy: accelerate = as the launcher's accelerate config "
+                       "says (DDP: a full copy per process; FSDP2 under an accelerate FSDP config, GPUs only); "
+                       "fsdp2 = each process a slice of every weight, by torch's fully_shard under any launcher, "
+                       "CPU included (the policy's prepare must accept sharding)",
+                       choices=("accelerate", "fsdp2"))
     # -- optimizer ----------------------------------------------------------------------------
     lr: float = _f(1e-4, "AdamW learning rate", low=0.0, high=1.0, low_open=True)
     weight_decay: float = _f(0.0, "AdamW weight decay", low=0.0, high=1.0)

@@ -48,7 +48,13 @@ class Policy(Protocol):
       wrap the trainable module for the run's strategy (``accelerator.prepare`` gives DDP or
       FSDP2); return the wrapped module so the trainer can skip gradient syncs between
       micro-batches (``no_sync``). Called before the optimizer is built. A policy without it
-      is trained multi-process by averaging its adapter's gradients explicitly.
+      is trained multi-process by averaging its adapter's gradients explicitly. A policy that
+      accepts ``prepare(accelerator, sharding="fsdp2")`` shards itself with
+      :func:`cast_core.sharding.fully_shard_module` (``sharding = "fsdp2"``, any launcher, CPU
+      too); then ``save_adapter`` is called on every process and must gather its tensors
+      (:func:`cast_core.sharding.full_tensor`) and write only where
+      :func:`cast_core.sharding.is_writer`, and ``load_adapter`` loads full tensors into its
+      slices (:func:`cast_core.sharding.copy_full_`).
     * ``offload_text_encoder()`` — release the text encoder once the trainer has encoded
       every training prompt (``offload_text_encoder = true``): a 7–24B text encoder does not
       belong on the training GPU.

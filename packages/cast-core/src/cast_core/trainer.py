@@ -46,6 +46,7 @@ from cast_core.registry import get_advantage_projector, get_atom_decomposer, get
 from cast_core.run_dir import RunDirectory
 from cast_core.sampling import concat_rollouts, decode_images, sample
 from cast_core.seeding import generator_for, sample_generators, seed_for
+from cast_core.sharding import is_sharded, like
 from cast_core.types import Rollout, Window
 from cast_core.update import PolicyUpdate
 
@@ -84,7 +85,7 @@ class Trainer:
         self.files = RunDirectory(self.run_dir, writer=self.dist.is_main)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = self._build_policy()
-        self.module = self.policy.prepare(self.accelerator) if hasattr(self.policy, "prepare") else None
+        self.module = self._prepare_policy()
         scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
         self.decomposer = get_atom_decomposer(cfg.decomposer)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
@@ -98,6 +99,8 @@ class Trainer:
         self.params = [p for p in self.policy.trainable_parameters()]
         if not self.params:
             raise CastError(f"policy {cfg.policy!r} has no trainable parameters")
+        # FSDP2 (ours or accelerate's): checkpoints and window measurements become collectives
+        self.sharded = any(is_sharded(p) for p in self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
                                            eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
         self.ema = [p.detach().clone() for p in self.params] if cfg.ema > 0 else None
@@ -143,6 +146,22 @@ class Trainer:
             enable()
         return policy
 
+    def _prepare_policy(self) -> Any:
+        """The policy's own wrapping for the run (``prepare``), with ``sharding`` passed on when
+        it is not the default; ``None`` for a policy without ``prepare``."""
+        cfg = self.config
+        prepare = getattr(self.policy, "prepare", None)
+        if cfg.sharding == "accelerate":
+            return prepare(self.accelerator) if prepare is not None else None
+        if not self.dist.active:
+            raise ConfigError(f'config key \'sharding\': "{cfg.sharding}" splits the weights over several processes '
+                              f"and this run has one; launch it with --num-processes N (or torchrun / accelerate "
+                              f'launch), or set sharding = "accelerate"')
+        if prepare is None or "sharding" not in inspect.signature(prepare).parameters:
+            raise ConfigError(f'config key \'sharding\': policy {cfg.policy!r} cannot shard itself (its prepare() '
+                              f'takes no sharding argument); use sharding = "accelerate"')
+        return prepare(self.accelerator, sharding=cfg.sharding)
+
     def _encode_all_then_offload(self) -> None:
         """Encode every training prompt (and measure the window, which samples), then let the
         policy release its text encoder."""
@@ -165,7 +184,7 @@ class Trainer:
                 self.step = state["step"]
                 self.counters.update(state.get("counters", {}))
                 if self.ema is not None and tensors:
-                    self.ema = [tensors[f"ema.{i}"].to(p.device) for i, p in enumerate(self.params)]
+                    self.ema = [like(tensors[f"ema.{i}"], p) for i, p in enumerate(self.params)]
                 self.log(f"resumed {self.run_dir} from {ckpt.name}")
                 self.files.truncate_metrics(self.step)
             else:
@@ -199,15 +218,16 @@ class Trainer:
         resumed run keeps the window it started with (even if a selector's cache was cleared in
         between); the other processes receive it. The selector sees all training prompts, never
         the prompts of whichever step we resume at."""
-        record = None
-        if self.dist.is_main:
-            record = self.files.read_window()
-            if record is None:
-                window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
-                record = {"start": window.start, "size": window.size, "selector": self.config.window,
-                          "diagnostics": _jsonable_tree(dict(window.diagnostics))}
-                self.files.write_window(record)
-                self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
+        record = self.files.read_window() if self.dist.is_main else None
+        measure = record is None and self.dist.is_main
+        if self.sharded:  # a sharded policy's forward passes are collectives: every process measures
+            measure = self.dist.broadcast_object(record is None)
+        if measure:
+            window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
+            record = {"start": window.start, "size": window.size, "selector": self.config.window,
+                      "diagnostics": _jsonable_tree(dict(window.diagnostics))}
+            self.files.write_window(record)
+            self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
         record = self.dist.broadcast_object(record)
         return Window(record["start"], record["size"], record.get("diagnostics", {}))
 
@@ -331,7 +351,7 @@ class Trainer:
             metrics["processes"] = self.dist.world
             # this process's payload in cast's collectives this step, plus DDP's gradient all-reduce
             ddp = sum(p.numel() * p.element_size() for p in self.params) * (self.updater.optimizer_steps - steps_before) \
-                if self.updater.ddp else 0
+                if self.updater.module_syncs else 0
             metrics["comm_bytes"] = self.dist.bytes_sent - sent_before + ddp
         if cfg.sample_every and self.step % cfg.sample_every == 0 and self.dist.is_main:
             self.write_samples(prompts, rollout, rows, advantages)
@@ -370,14 +390,17 @@ class Trainer:
 
     def save(self) -> Path:
         """Checkpoint on the main process (adapter, optimizer and EMA are the same on every
-        process: gradients are synced before each optimizer step); the others wait for it."""
+        process: gradients are synced before each optimizer step); the others wait for it. With
+        sharded weights every process takes part (gathering is a collective) and the main one
+        writes the full tensors."""
         path = self.run_dir / "checkpoints" / f"step-{self.step:05d}"
-        if self.dist.is_main:
+        if self.dist.is_main or self.sharded:
             tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
             path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer,
                                    {"counters": self.counters, "config": self.config.to_dict()}, tensors,
                                    keep=self.config.keep_checkpoints,
-                                   write_extra=self._save_ema_adapter if self.ema is not None else None)
+                                   write_extra=self._save_ema_adapter if self.ema is not None else None,
+                                   writer=self.dist.is_main)
         self.dist.barrier()
         return path
 

@@ -32,6 +32,7 @@ from cast_core.distributed import Distributed
 from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
 from cast_core.sde import reduce_per_position, sde_step
 from cast_core.seeding import generator_for
+from cast_core.sharding import full_tensor, gradients_unsynced, is_sharded, local
 from cast_core.types import Rollout
 
 __all__ = ["PolicyUpdate"]
@@ -46,8 +47,9 @@ class PolicyUpdate:
         self.config, self.policy, self.params, self.optimizer = config, policy, params, optimizer
         self.dist, self.module, self.autocast, self.image_size = dist, module, autocast, image_size
         self.log, self.counters, self.ema = log, counters, ema
-        # DDP (and FSDP) average gradients over ranks; the explicit path sums them
-        self.ddp = module is not None and dist.active and hasattr(module, "no_sync")
+        # DDP and FSDP2 average gradients over ranks; the explicit path sums them
+        self.fsdp = module is not None and dist.active and any(is_sharded(p) for p in params)
+        self.module_syncs = self.fsdp or (module is not None and dist.active and hasattr(module, "no_sync"))
         self.step = 0  # for log lines
         self.optimizer_steps = 0  # gradient syncs so far (a benchmark counts their bytes)
 
@@ -131,9 +133,9 @@ class PolicyUpdate:
                         weight_total += stats["weight"]
                         ratio_min, ratio_max = min(ratio_min, stats["ratio_min"]), max(ratio_max, stats["ratio_max"])
                 self.optimizer_steps += 1
-                if not self.ddp:
+                if not self.module_syncs:
                     self.dist.sum_gradients(self.params)
-                grads_ok = all(p.grad is None or torch.isfinite(p.grad).all() for p in self.params)
+                grads_ok = all(p.grad is None or bool(torch.isfinite(local(p.grad)).all()) for p in self.params)
                 if not self.dist.all_true(finite and grads_ok):
                     self.optimizer.zero_grad(set_to_none=True)
                     self.counters["skipped_updates"] = self.counters.get("skipped_updates", 0) + 1
@@ -141,7 +143,8 @@ class PolicyUpdate:
                         self.log(f"step {step}: non-finite loss or gradient; update skipped")
                     continue
                 if cfg.max_grad_norm > 0:
-                    grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)))
+                    norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+                    grad_norms.append(float(full_tensor(norm)))  # sharded gradients: a collective
                 self.optimizer.step()
                 if self.ema is not None:
                     with torch.no_grad():
@@ -150,7 +153,9 @@ class PolicyUpdate:
         return self._metrics(sums, weight_total, ratio_min, ratio_max, grad_norms)
 
     def _no_sync(self, skip: bool):
-        if skip and self.ddp:
+        if skip and self.fsdp:
+            return gradients_unsynced(self.module)
+        if skip and self.module_syncs:
             return self.dist.accelerator.no_sync(self.module)
         return contextlib.nullcontext()
 
@@ -170,7 +175,7 @@ class PolicyUpdate:
         cond = select_rows(rollout.conditioning, rows)
         loss, kl, diag = self._loss(rollout, rows, t, adv.to(rollout.log_probs.device), cond)
         total = (loss + self.config.beta * kl) * (weight / T)
-        if self.ddp:
+        if self.module_syncs:
             total = total * self.dist.world  # DDP averages over ranks; the weights already sum to 1
         finite = bool(torch.isfinite(total))
         if not chunk:

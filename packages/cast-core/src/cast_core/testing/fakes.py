@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cast_core.scene_graph import Atom, Entity, SceneGraph
+from cast_core.sharding import copy_full_, full_tensor, fully_shard_module, is_writer
 from cast_core.types import AtomScores
 
 ADAPTER_FILE = "adapter.safetensors"
@@ -32,8 +33,10 @@ class _LinearField(torch.nn.Module):
 
     def __init__(self, weight: torch.Tensor, position_bias: torch.Tensor, lora_A: torch.Tensor):
         super().__init__()
-        self.register_buffer("weight", weight)
-        self.register_buffer("position_bias", position_bias)
+        # frozen parameters, not buffers: FSDP2 shards them next to the float32 adapter, as it
+        # shards a backbone's bf16 base weights
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        self.position_bias = torch.nn.Parameter(position_bias, requires_grad=False)
         self.lora_A = torch.nn.Parameter(lora_A)
         self.lora_B = torch.nn.Parameter(torch.zeros(weight.shape[0], lora_A.shape[0]))
         self.position_delta = torch.nn.Parameter(torch.zeros_like(position_bias, dtype=torch.float32))
@@ -147,13 +150,19 @@ class FakePolicy:
             self._adapter_on = previous
 
     # -- optional members for training at scale ------------------------------------------------
-    def prepare(self, accelerator) -> torch.nn.Module:
+    def prepare(self, accelerator, sharding: str = "accelerate") -> torch.nn.Module:
         """Onto the accelerator's device, the field wrapped by ``accelerator.prepare`` (DDP when
-        several processes run); parameters keep their identity, so the optimizer built after
-        this sees the live adapter."""
+        several processes run), or sharded with FSDP2 (``sharding="fsdp2"``: every weight,
+        frozen or trainable, becomes a slice per process). The optimizer is built after this,
+        on :meth:`trainable_parameters`, which then returns the live (possibly sharded) ones."""
         self.device = torch.device(accelerator.device)
         self.field.to(self.device)
-        self._forward = accelerator.prepare(self.field)
+        if sharding == "fsdp2":
+            self._forward = fully_shard_module(self.field)
+        elif sharding == "accelerate":
+            self._forward = accelerator.prepare(self.field)
+        else:
+            raise ValueError(f"FakePolicy.prepare: unknown sharding {sharding!r}; use 'accelerate' or 'fsdp2'")
         return self._forward
 
     def enable_gradient_checkpointing(self) -> None:
@@ -163,9 +172,12 @@ class FakePolicy:
         self.text_encoder_loaded = False
 
     def save_adapter(self, directory: str | Path) -> None:
+        # gathered on every process when sharded (a collective), written by one
+        tensors = {name: full_tensor(p.detach()).contiguous().cpu() for name, p in self._adapter().items()}
+        if not is_writer():
+            return
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        tensors = {name: p.detach().contiguous().cpu() for name, p in self._adapter().items()}
         save_file(tensors, str(directory / ADAPTER_FILE), metadata={"policy": "fake"})
 
     def load_adapter(self, directory: str | Path) -> None:
@@ -179,8 +191,7 @@ class FakePolicy:
                     f"{path}: tensor {name!r} missing or shaped {tuple(tensors.get(name, torch.empty(0)).shape)}, "
                     f"expected {tuple(param.shape)} — was it saved by a FakePolicy of another size?"
                 )
-            with torch.no_grad():
-                param.copy_(tensors[name])
+            copy_full_(param, tensors[name])
 
     # -- helpers -----------------------------------------------------------------------------
     def _adapter(self) -> dict[str, torch.nn.Parameter]:
