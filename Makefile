@@ -8,7 +8,7 @@ EXAMPLES := examples/cast-plugin-example
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -m "not slow"
 
-.PHONY: install test test-slow demo bench clean
+.PHONY: install test test-slow mutate demo bench clean
 
 # Idempotent: re-runs pip only when a pyproject.toml (or this file) changed.
 install: $(STAMP)
@@ -25,10 +25,22 @@ test: install
 		echo "== $$p"; (cd $$p && $(PYTEST)); \
 	done; echo "== tests/ (cross-package)"; $(PYTEST) tests
 
+# A package without slow tests may collect none (pytest's exit 5); the target fails when no
+# package ran any, so it can never pass on nothing.
 test-slow: install
-	@set -e; for p in $(PACKAGES) $(EXAMPLES) tests; do \
-		(cd $$p && $(BIN)/python -m pytest -q -m slow) || [ $$? -eq 5 ]; \
-	done
+	@set -e; ran=0; for p in $(PACKAGES) $(EXAMPLES) tests; do \
+		echo "== $$p (slow)"; code=0; (cd $$p && $(BIN)/python -m pytest -q -m slow) || code=$$?; \
+		if [ $$code -eq 0 ]; then ran=1; elif [ $$code -ne 5 ]; then exit $$code; fi; \
+	done; \
+	if [ $$ran -eq 0 ]; then echo "make test-slow: no slow test was collected in any package" >&2; exit 1; fi
+
+# Mutation testing of cast-core's maths, update and checkpoint paths (docs/testing.md): slow,
+# not part of CI. Results stay in packages/cast-core/mutants/ (`mutmut results`, `mutmut show NAME`).
+MUTMUT_CHILDREN ?= 2
+mutate: install
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "mutmut>=3.3"
+	cd packages/cast-core && $(BIN)/mutmut run --max-children $(MUTMUT_CHILDREN)
+	cd packages/cast-core && $(BIN)/mutmut results
 
 # The main job: CAST on the built-in shapes world for a few minutes, base vs trained on the
 # held-out hard prompts, and runs/demo-*/report.html.

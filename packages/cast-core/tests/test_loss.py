@@ -51,9 +51,15 @@ def test_per_position_objective_equals_direct_computation():
     # one window step [B, N]
     loss1, _ = clipped_objective(new[:, 0], old[:, 0], adv, 0.2)
     torch.testing.assert_close(loss1, -torch.minimum(r[:, 0] * adv, r[:, 0].clamp(0.8, 1.2) * adv).mean())
-    # [B] inputs are the Flow-GRPO variant (no clamp unless asked)
-    lb, _ = clipped_objective(new[:, 0, 0], old[:, 0, 0], 9 * adv[:, 0], 0.2)
-    torch.testing.assert_close(lb, flow_grpo_objective(new[:, 0, 0], old[:, 0, 0], 9 * adv[:, 0], 0.2, adv_clip=None)[0])
+    # [B] inputs are the Flow-GRPO variant: -min(r·A, clamp(r, .8, 1.2)·A), with A clamped to ±adv_clip
+    # only when adv_clip is given (clipped_objective's default is None, unlike Flow-GRPO's 5)
+    rb, ab = r[:, 0, 0], 9 * adv[:, 0]
+    assert (ab.abs() > 5).any() and ((rb - 1).abs() > 0.2).any()  # both clamps matter here
+    lb, _ = clipped_objective(new[:, 0, 0], old[:, 0, 0], ab, 0.2)
+    torch.testing.assert_close(lb, -torch.minimum(rb * ab, rb.clamp(0.8, 1.2) * ab).mean())
+    lc, _ = clipped_objective(new[:, 0, 0], old[:, 0, 0], ab, 0.2, adv_clip=5.0)
+    ac = ab.clamp(-5.0, 5.0)
+    torch.testing.assert_close(lc, -torch.minimum(rb * ac, rb.clamp(0.8, 1.2) * ac).mean())
     with pytest.raises(ValueError, match="advantages"):
         clipped_objective(new, old, torch.randn(2, 4), 0.2)
 

@@ -3,11 +3,12 @@ the conformance kit and registration."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from cast_core import AdvantageProjector, get_advantage_projector
-from cast_core.advantages import prompt_advantages
 from cast_core.projectors import ScalarProjector, SpatialProjector, normalise_heatmaps
 from cast_core.scene_graph import Atom, Entity, SceneGraph
 from cast_core.testing.conformance import AdvantageProjectorConformance
@@ -39,11 +40,13 @@ def test_left_half_heatmap_gives_positive_left_half_exactly():
 
 def test_left_half_positive_with_several_atoms_and_the_lambda_term_on_the_right():
     graph = simple_graph()  # a1 object, a2 count (parent a1), a3 colour (parent a1)
-    scores = torch.tensor([[0.9, 0.9, 1.0], [0.9, 0.9, 0.0], [0.9, 0.9, 0.5], [0.9, 0.9, 0.2]])
+    scores = torch.tensor([[0.9, 0.9, 1.0], [0.9, 0.9, 0.0], [0.9, 0.9, 0.125], [0.9, 0.9, 0.125]])
     heat = torch.zeros(4, 3, 8, 8)
     heat[:, :, :, :4] = 1.0  # every atom is found on the left half
     out = SpatialProjector(lam=1.0).project(scores, heat, graph, (4, 4))
-    adv_g = prompt_advantages(scores)
+    # Âg by hand: GM = 0.81^(1/3)·colour^(1/3); z-scores ignore the common factor, so they are those
+    # of cube roots [1, 0, .5, .5] (population std): mean .5, std sqrt(.125), z = [√2, -√2, 0, 0]
+    adv_g = torch.tensor([2**0.5, -(2**0.5), 0.0, 0.0])
     # only the colour atom varies; a1, a2 are saturated and contribute nothing
     assert out.stats["saturated_atoms"] == 2.0 and out.stats["total_atoms"] == 3.0
     torch.testing.assert_close(out.values[:, :, 2:], adv_g[:, None, None].expand(-1, 4, 2))  # right: λ·Âg
@@ -72,13 +75,15 @@ def test_normalise_heatmaps_peak_one_flat_and_zero_maps():
 
 def test_scalar_projector_is_the_constant_prompt_advantage():
     graph = simple_graph()
-    scores = torch.rand(6, 3, generator=torch.Generator().manual_seed(1))
-    heat = torch.rand(6, 3, 8, 8, generator=torch.Generator().manual_seed(2))
-    out = ScalarProjector().project(scores, heat, graph, (2, 3))
-    adv_g = prompt_advantages(scores)
+    # per-image GMs 1, 0.125^(1/3) = 0.5 and 0 (a failed atom): mean .5, population std
+    # sqrt(.5/3) = sqrt(1/6), so Âg = (GM - .5)·sqrt(6) = [√1.5, 0, -√1.5]
+    scores = torch.tensor([[1.0, 1.0, 1.0], [0.125, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    heat = torch.rand(3, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    out = ScalarProjector(eps=0.0).project(scores, heat, graph, (2, 3))
+    adv_g = torch.tensor([1.5**0.5, 0.0, -(1.5**0.5)])
     torch.testing.assert_close(out.prompt_advantages, adv_g)
     torch.testing.assert_close(out.values, adv_g[:, None, None].expand(-1, 2, 3))
-    assert torch.equal(out.values, ScalarProjector().project(scores, None, graph, (2, 3)).values)
+    assert torch.equal(out.values, ScalarProjector(eps=0.0).project(scores, None, graph, (2, 3)).values)
     assert set(out.stats) >= STAT_KEYS
 
 
@@ -144,15 +149,16 @@ class TestAtomProjectorConformance(AdvantageProjectorConformance):
 
 
 def test_atom_projector_is_spatial_with_flat_maps():
-    from cast_core.projectors import AtomProjector, SpatialProjector
-    from cast_core.testing import simple_graph
+    from cast_core.projectors import AtomProjector
 
-    g = simple_graph()
-    scores = torch.rand(4, 3, generator=torch.Generator().manual_seed(0))
-    heat = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
-    a = AtomProjector().project(scores, heat, g, (2, 2)).values
-    b = SpatialProjector().project(scores, None, g, (2, 2)).values
-    assert torch.equal(a, b) and AtomProjector.needs_heatmaps is False
+    # one atom, pass/fail: Â = Âg = ±1 (eps=0), so with flat maps A = λ·Âg + Â·1 = ±(0.5 + 1)
+    # everywhere; the (non-flat, left-half) heatmap given must be ignored
+    scores = torch.tensor([[1.0], [0.0]])
+    heat = torch.zeros(2, 1, 4, 4)
+    heat[:, :, :, :2] = 1.0
+    a = AtomProjector(lam=0.5, eps=0.0).project(scores, heat, one_atom_graph(), (2, 2)).values
+    torch.testing.assert_close(a, torch.stack([torch.full((2, 2), 1.5), torch.full((2, 2), -1.5)]))
+    assert AtomProjector.needs_heatmaps is False
 
 
 def test_equalise_mass_gives_each_image_the_groups_mean_mass():
@@ -185,20 +191,22 @@ def test_mass_norm_balances_credit_between_small_and_large_heatmaps():
 
 def test_log_gm_credit_splits_the_prompt_advantage_over_the_maps():
     # object atom on the left column, count atom (child of the object) on the right column;
-    # image 0 has the object and the wrong count, image 1 neither: ℓ = [[0, ln .5], [ln .05, ln .05]].
-    from cast_core.advantages import log_gm_atom_advantages
-
+    # image 0 has the object and the wrong count, image 1 neither: ℓ = [[0, ln .5], [ln .05, ln .05]]
+    # (log floor 0.05). Centred columns: ±ln(20)/2 and ±ln(10)/2; L = mean_k ℓ = [ln(.5)/2, ln .05]
+    # has population std ln(10√2)/2, so Â = centred / (K·std) = ±[ln 20, ln 10] / ln 200.
     graph = simple_graph(colour=None)
     scores = torch.tensor([[1.0, 0.5], [0.0, 0.0]])
     heat = torch.zeros(2, 2, 2, 2)
     heat[:, 0, :, 0] = 1.0
     heat[:, 1, :, 1] = 1.0
-    adv, _ = log_gm_atom_advantages(scores, eps=0.0)
+    adv = torch.tensor([[math.log(20), math.log(10)], [-math.log(20), -math.log(10)]]) / math.log(200)
     for gating in ("soft", "hard"):  # log-GM credit reads the raw scores: gating changes nothing
         out = SpatialProjector(lam=0.0, eps=0.0, gating=gating, atom_credit="log-gm").project(scores, heat, graph, (2, 2))
         torch.testing.assert_close(out.values[:, :, 0], adv[:, :1].expand(2, 2))
         torch.testing.assert_close(out.values[:, :, 1], adv[:, 1:].expand(2, 2))
-    torch.testing.assert_close(adv.sum(1), torch.tensor([1.0, -1.0]))
-    assert float(adv[0, 0]) > float(adv[0, 1]) > 0  # the object moved the log-GM most
+    # the atoms' shares add up to the prompt's log-GM z-score (±1 for two images); the object
+    # (ln 20 / ln 200 ≈ .565) moved the log-GM more than the count (ln 10 / ln 200 ≈ .435)
+    torch.testing.assert_close(out.values[:, 0, 0] + out.values[:, 0, 1], torch.tensor([1.0, -1.0]))
+    assert float(out.values[0, 0, 0]) > float(out.values[0, 0, 1]) > 0
     with pytest.raises(ValueError, match="atom_credit"):
         SpatialProjector(atom_credit="sum")

@@ -46,7 +46,28 @@ def test_window_steps_are_recorded_and_replayable():
     assert torch.equal(some.images, out.images)
 
 
-def test_sde_outside_window_is_untouched_and_eta_zero_is_ode():
+def test_steps_outside_the_window_are_exact_euler_steps():
+    """η > 0 with a window in the middle (steps 1–2 of 5): step 0 and steps 3–4 are the ODE's
+    Euler steps bit for bit, computed here by hand, while the window's steps are not."""
+    policy = FakePolicy()
+    cond = policy.encode(PROMPTS)
+    noise = policy.initial_noise(len(PROMPTS), generator=torch.Generator().manual_seed(5))
+    out = sample(policy, PROMPTS, num_steps=5, window=Window(1, 2), eta=0.9, initial_noise=noise,
+                 generator=torch.Generator().manual_seed(1))
+    sig = policy.sigmas(5)
+
+    def euler(x, i):
+        return x + (sig[i + 1] - sig[i]) * policy.velocity(x, sig[i], cond)
+
+    with torch.no_grad():
+        assert torch.equal(out.latents[:, 0], euler(noise, 0))  # before the window
+        x = out.next_latents[:, -1]  # after the window's last step
+        assert torch.equal(out.final_latents, euler(euler(x, 3), 4))
+        for t, i in enumerate(out.step_indices):  # inside: the SDE moved off the Euler step
+            assert (out.next_latents[:, t] - euler(out.latents[:, t], i)).abs().max() > 1e-3
+
+
+def test_eta_zero_inside_the_window_is_the_ode():
     policy = FakePolicy()
     ode = sample(policy, PROMPTS, num_steps=4, generator=torch.Generator().manual_seed(1))
     zero = sample(policy, PROMPTS, num_steps=4, window=Window(0, 4), eta=0.0, generator=torch.Generator().manual_seed(1))

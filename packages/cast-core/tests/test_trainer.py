@@ -80,6 +80,8 @@ def test_resume_is_bit_identical(tmp_path):
     Trainer(fake_config(steps=6, checkpoint_every=3, inner_epochs=2, ema=0.9), split, resume=True, log=quiet).run()
     a, b = adapter(straight), adapter(split)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    a, b = ema_adapter(straight), ema_adapter(split)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [r["step"] for r in metrics(split)] == list(range(1, 7))
     assert [r["reward_gm"] for r in metrics(split)] == [r["reward_gm"] for r in metrics(straight)]
 
@@ -89,7 +91,7 @@ def test_sigkill_then_resume_matches_a_straight_run(tmp_path):
     args = ["--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness", "--decomposer", "fake", "--projector", "spatial",
             "--set", f"prompts={json.dumps(PROMPTS)}", "--set", "group_size=8", "--set", "num_steps=6",
             "--set", "window_size=3", "--set", "lr=0.05", "--set", "clip_range=0.2", "--set", "checkpoint_every=1",
-            "--set", "sample_every=0", "--steps", "150"]
+            "--set", "sample_every=0", "--set", "ema=0.99", "--steps", "150"]  # 0.99: remembers past the kill
     code = "from cast_core.cli import main; main()"
     subprocess.run([sys.executable, "-c", code, "train", *args, "--out", str(straight)], check=True, capture_output=True)
     proc = subprocess.Popen([sys.executable, "-c", code, "train", *args, "--out", str(killed)],
@@ -105,6 +107,12 @@ def test_sigkill_then_resume_matches_a_straight_run(tmp_path):
     assert out.returncode == 0, out.stderr
     a, b = adapter(straight), adapter(killed)
     assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = ema_adapter(straight), ema_adapter(killed)  # the EMA state was restored bit for bit too
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def ema_adapter(run_dir):
+    return load_file(str(latest_checkpoint(run_dir) / "ema-adapter" / "adapter.safetensors"))
 
 
 def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypatch):

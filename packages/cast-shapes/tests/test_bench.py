@@ -14,7 +14,8 @@ def fake_run(method, seed, final_gm):
 def test_every_method_gets_the_same_budget_and_changes_only_its_own_keys():
     p = plan(quick=True)
     assert p.methods == QUICK_METHODS and len(p.seeds) >= 3
-    assert p.images_per_run == p.steps * p.prompts_per_step * p.group_size
+    # the quick preset: 40 steps × 2 prompts × 8 images per group = 640 images per run
+    assert (p.steps, p.prompts_per_step, p.group_size, p.images_per_run) == (40, 2, 8, 640)
     allowed = {"projector", "ratio_mode", "window_start", "window_size", "window", "window_kwargs", "heatmap_source"}
     assert all(set(overrides) <= allowed for overrides in METHODS.values())
 

@@ -20,9 +20,24 @@ def _atoms(prompt: str) -> int:
 
 
 def test_small_scene_share_zero_leaves_the_stage_one_stream_unchanged():
-    a = make_batch(random.Random(3), 4)
+    """share=0.0 must draw exactly stage 1's stream: per scene one atom count in 2..8, the scene,
+    its layout, and nothing else (re-typed below from the stage-1 recipe, no extra rng.random())."""
+    from cast_shapes.grammar import prompt_for
+    from cast_shapes.render import render_float
+    from cast_shapes.suites import sample_scene_in_split
+    from cast_shapes.world import sample_layout
+
+    rng = random.Random(3)
+    images, prompts = [], []
+    for _ in range(4):
+        scene = sample_scene_in_split(rng, "train", atoms=rng.randint(2, 8))
+        images.append(torch.from_numpy(render_float(sample_layout(scene, rng))))
+        prompts.append(prompt_for(scene))
     b = make_batch(random.Random(3), 4, small_scene_share=0.0)
-    assert a[1] == b[1] and torch.equal(a[0], b[0])
+    assert b[1] == prompts and torch.equal(b[0], torch.stack(images))
+    # pinned: seed 3's stage-1 prompts, so a change to the stream itself shows up here too
+    assert prompts == ["a yellow triangle", "a triangle and a square", "two squares",
+                       "an orange square and two purple squares"]
 
 
 def test_small_scene_share_one_draws_only_two_or_three_atom_scenes():

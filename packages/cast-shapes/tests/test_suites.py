@@ -12,7 +12,9 @@ from cast_shapes.suites import (
     HARD_MIN_ATOMS, SUITE_NAMES, is_heldout, sample_scene_in_split, scene_split, split_key, suite,
     suite_digest,
 )
-from cast_shapes.world import OPPOSITE, ObjectSpec, Relation, Scene, sample_layout
+from cast_shapes.world import (
+    IMAGE_SIZE, OPPOSITE, ObjectSpec, Relation, Scene, group_centre, relation_offset, sample_layout,
+)
 
 PINNED = {'single': 'af2a620531894c88d52539cfee9759d91bb36e02058dfb0870e38185dc63b8c0', 'atoms-2': '0aca9096159a5fc51426b9d08766253f3551498dd67a156d0c2f41aa96b69b59', 'atoms-3': '2079a75c85f26f70fe17d4a856af59d58fcd752e34fca3f37d982ade280b7d46', 'atoms-4': '8511831df5c2e5cd902c179fe014efbfc00027fa0feedc9d38da1a33223e0668', 'atoms-5': 'd3355b955a97e196f06419f744cccfca4a90517fa6a1c08522538391c1b45d85', 'atoms-6': '90059c57f9356d2dd434fb88a5d4e1a5f3dda744e6898c0c0415e803f67eb8d5', 'atoms-7': '7a2c9c318a090556dfcf5523e394d6d4f3f569e0aa8b6a06b2a557cf1911e130', 'atoms-8': '3d84346c682675addfc664cb9422f2868ef4ba5513071f09e21815336dce19bf', 'train': '885cb06d2ac453026a176b0be67e755dce3474a4f80ae1163278bd9f5caed6e5', 'train-hard': '72610e2fef55ab73271ef952fd8db26ea027cfc0d5cf11fb008461ea0bbe3800', 'heldout': '609381aea5b5ab40bab68035263eb0664c6814ae48f65c56a201bcfaaf067325', 'heldout-hard': 'de9ee03789f41149b72540e6f56eb4559e46dcd91cb557709f2cbbe0b8fa6582'}
 
@@ -90,5 +92,22 @@ def test_suites_are_deterministic_across_processes():
 
 
 def test_every_suite_prompt_can_be_laid_out():
-    for prompt in set(suite("train")) | set(suite("heldout")):
-        sample_layout(parse_prompt(prompt), 0)
+    """Every prompt's scene gets a layout with the right objects, inside the canvas, without
+    overlaps, and with every relation holding."""
+    for prompt in sorted(set(suite("train")) | set(suite("heldout"))):
+        scene = parse_prompt(prompt)
+        layout = sample_layout(scene, 0)
+        assert len(layout) == scene.n_objects, prompt
+        for i, entity in enumerate(scene.entities):
+            members = [p for p in layout if p.entity == i]
+            assert len(members) == entity.count and all(p.shape == entity.shape for p in members), prompt
+            assert entity.colour is None or all(p.colour == entity.colour for p in members), prompt
+        boxes = [p.box for p in layout]
+        assert all(0 <= x0 and 0 <= y0 and x1 <= IMAGE_SIZE and y1 <= IMAGE_SIZE for x0, y0, x1, y1 in boxes), prompt
+        for a in range(len(boxes)):
+            for b in range(a + 1, len(boxes)):
+                (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = boxes[a], boxes[b]
+                assert ax1 <= bx0 or bx1 <= ax0 or ay1 <= by0 or by1 <= ay0, (prompt, boxes[a], boxes[b])
+        for r in scene.relations:
+            offset = relation_offset(r.relation, group_centre(layout, r.subject_index), group_centre(layout, r.object_index))
+            assert offset > 0, (prompt, r)

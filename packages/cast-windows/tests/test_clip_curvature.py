@@ -10,10 +10,10 @@ from cast_core import Window, get_window_selector
 from cast_core.testing import FakePolicy, WindowSelectorConformance
 from cast_windows import clip_curvature
 from cast_windows.clip_curvature import ClipCurvatureSelector, spread, window_up_to
-from cast_windows.curve import measure_curve
+from cast_windows.curve import SimilarityCurve, measure_curve
 from cast_windows.embedders import ClipEmbedder, PixelsEmbedder
-from cast_windows.knee import find_knee
 
+from test_knee import logistic, true_knee
 from tiny_clip import make_tiny_clip
 
 PROMPTS = ["a red circle", "two blue squares", "a green triangle above a square"]
@@ -29,18 +29,29 @@ class TestClipCurvatureConformance(WindowSelectorConformance):
         return ClipCurvatureSelector("pixels", num_prompts=2, seeds=(0,), use_cache=False)
 
 
-def test_end_to_end_on_the_fake_policy(tmp_path):
+def test_end_to_end_on_the_fake_policy(tmp_path, monkeypatch):
     w = selector(tmp_path, seeds=(0, 1)).select(FakePolicy(), PROMPTS, 10)
     d = w.diagnostics
     assert isinstance(w, Window) and w.start == 0 and w.size == d["knee_step"] + 1 and w.end <= 10
     for key in ("curve_mean", "curve_std", "curvature", "smoothed", "sigmas"):
         assert len(d[key]) == 10, key
     assert d["curve_mean"][-1] == pytest.approx(1.0, abs=1e-5)  # x0-hat of the last step is the final image
-    assert d["curve_mean"][0] < d["curve_mean"][-1] and all(s >= 0 for s in d["curve_std"])
+    assert d["curve_mean"][0] < d["curve_mean"][-1]
+    # the 6 samples differ early (std ≈ 2e-3 at step 0) and all end at cos ≈ 1 (std ≈ 2e-7)
+    assert d["curve_std"][0] > 1e-4 > d["curve_std"][-1]
     assert d["samples"] == 6 and d["calibration_prompts"] == PROMPTS and d["seeds"] == [0, 1]
-    assert d["knee_step"] == find_knee(d["curve_mean"]).step and not d["fallback"]
+    assert not d["fallback"]
     assert d["embedder"] == "pixels" and isinstance(d["reason"], str) and d["cached"] is False
     json.dumps(d)  # diagnostics are JSON-ready (window.json, metrics)
+
+    # the same selector on a curve whose knee is known: a 10-step logistic (midpoint 2.7, width
+    # 0.5) bends hardest at t ≈ 4.31 (test_knee.true_knee), so the knee is step 4, window 0..4
+    known = logistic(10, 2.7, 0.5).tolist()
+    curve = SimilarityCurve(known, [0.0] * 10, [1 - i / 10 for i in range(10)], 6)
+    monkeypatch.setattr(clip_curvature, "measure_curve", lambda *a, **k: curve)
+    k = selector(tmp_path, use_cache=False).select(FakePolicy(), PROMPTS, 10)
+    assert k.diagnostics["knee_step"] == round(true_knee(10, 2.7, 0.5)) == 4
+    assert (k.start, k.size) == (0, 5) and not k.diagnostics["fallback"]
 
 
 def test_curve_is_the_mean_of_per_sample_cosines():

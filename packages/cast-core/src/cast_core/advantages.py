@@ -55,8 +55,10 @@ def topological_order(parents: Sequence[Sequence[int]]) -> list[int]:
     k = len(parents)
     for i, ps in enumerate(parents):
         for p in ps:
-            if not 0 <= p < k or p == i:
+            if not 0 <= p < k:
                 raise ValueError(f"atom {i} has invalid parent index {p} (there are {k} atoms)")
+            if p == i:
+                raise ValueError(f"parent links form a cycle through atom {i} (it is its own parent)")
     order: list[int] = []
     state = [0] * k  # 0 = new, 1 = on the current path, 2 = placed
 

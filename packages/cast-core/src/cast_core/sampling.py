@@ -16,7 +16,7 @@ import torch
 
 from cast_core.conditioning import check_conditioning, concat_rows, num_rows
 from cast_core.protocols import Policy
-from cast_core.sde import euler_step, reduce_per_position, sde_step, tweedie_x0
+from cast_core.sde import check_schedule, euler_step, reduce_per_position, sde_step, tweedie_x0
 from cast_core.types import Rollout, Window
 
 
@@ -88,7 +88,7 @@ def sample(
     prompts = list(prompts)
     if window is not None:
         window.check_fits(num_steps)
-    sigmas = policy.sigmas(num_steps, image_size).float()
+    sigmas = check_schedule(policy.sigmas(num_steps, image_size), num_steps, type(policy).__name__).float()
     if conditioning is None:
         conditioning = check_conditioning(policy.encode(prompts, image_size=image_size), type(policy).__name__)
     cond = conditioning

@@ -81,6 +81,28 @@ class SDEStep:
     std_dev_t: torch.Tensor
 
 
+def check_schedule(sigmas: torch.Tensor, num_steps: int, who: str = "the policy") -> torch.Tensor:
+    """The contract of a noise schedule, checked before any sampling: ``num_steps + 1`` values,
+    strictly descending, ending in exactly 0, starting at most at 1 — and a first sigma that
+    reaches 1 must *be* 1, the one value the SDE's ``σ = 1`` guard replaces (a 1.0000001 from a
+    shifted schedule would give ``sqrt(σ/(1−σ))`` of a negative number: NaN noise)."""
+    s = torch.as_tensor(sigmas)
+    if s.ndim != 1 or s.numel() != num_steps + 1:
+        raise ValueError(f"{who}: sigmas({num_steps}) has shape {tuple(s.shape)}; expected ({num_steps + 1},)")
+    values = s.double()
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError(f"{who}: sigmas hold non-finite values: {s.tolist()}")
+    if not bool((values[1:] < values[:-1]).all()):
+        raise ValueError(f"{who}: sigmas must strictly decrease, got {s.tolist()}")
+    if float(values[-1]) != 0.0:
+        raise ValueError(f"{who}: the last sigma must be exactly 0, got {float(values[-1])!r}")
+    first = float(s[0])
+    if first >= 1.0 and first != 1.0:
+        raise ValueError(f"{who}: the first sigma is {first!r}: a schedule must start at most at 1, and at "
+                         f"exactly 1.0 when it reaches 1 (clamp it: sigmas[0] = 1.0)")
+    return sigmas
+
+
 def _sigma(value: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``value`` as float32 on ``like``'s device, shaped to broadcast over ``like``: a python
     float or 0-d tensor stays 0-d; a per-sample ``[B]`` (or ``[B, 1, …]``) tensor becomes
@@ -212,6 +234,8 @@ def sde_step(
         s_max = torch.as_tensor(sigma_max, dtype=torch.float32, device=x.device)
         if bool((s_max >= 1).any()):
             raise ValueError(f"sigma_max must be < 1 (the schedule's second sigma), got {float(s_max)}")
+        if bool((s > 1).any()):
+            raise ValueError(f"sigma must be <= 1 (exactly 1 at the start of a schedule), got {s.max().item()!r}")
         std_dev_t = torch.sqrt(s / (1 - torch.where(s == 1, s_max, s))) * eta
         # std²/(2σ) is 0/0 when σ = 0; the drift correction vanishes there.
         safe_s = torch.where(s > 0, s, torch.ones_like(s))
