@@ -115,7 +115,7 @@ class Trainer:
         self._prepare_run_dir(resume)
         self.updater = PolicyUpdate(cfg, self.policy, self.params, self.optimizer, self.dist, module=self.module,
                                     autocast=self.autocast, image_size=self.image_size, log=self.log,
-                                    counters=self.counters, ema=self.ema)
+                                    counters=self.counters, ema=self.ema, sharded=self.sharded)
         if cfg.offload_text_encoder:
             self._encode_all_then_offload()
 
@@ -349,7 +349,8 @@ class Trainer:
                         "peak_memory_mb": _peak_memory_mb(self.policy_device()), **self.counters})
         if self.dist.active:
             metrics["processes"] = self.dist.world
-            # this process's payload in cast's collectives this step, plus DDP's gradient all-reduce
+            # this process's payload in cast's collectives this step, plus the gradient sync (DDP's
+            # all-reduce; under FSDP2 its reduce-scatter, without the parameter all-gathers)
             ddp = sum(p.numel() * p.element_size() for p in self.params) * (self.updater.optimizer_steps - steps_before) \
                 if self.updater.module_syncs else 0
             metrics["comm_bytes"] = self.dist.bytes_sent - sent_before + ddp

@@ -32,7 +32,7 @@ from cast_core.distributed import Distributed
 from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
 from cast_core.sde import reduce_per_position, sde_step
 from cast_core.seeding import generator_for
-from cast_core.sharding import full_tensor, gradients_unsynced, is_sharded, local
+from cast_core.sharding import full_tensor, gradients_unsynced, local
 from cast_core.types import Rollout
 
 __all__ = ["PolicyUpdate"]
@@ -43,12 +43,13 @@ _MEAN_KEYS = ("loss", "kl", "clip_fraction", "approx_kl", "ratio_mean")
 class PolicyUpdate:
     def __init__(self, config: Any, policy: Any, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
                  dist: Distributed, *, module: torch.nn.Module | None, autocast: Callable[[], Any],
-                 image_size: tuple[int, int] | None, log: Callable[[str], None], counters: dict, ema: list | None):
+                 image_size: tuple[int, int] | None, log: Callable[[str], None], counters: dict, ema: list | None,
+                 sharded: bool = False):
         self.config, self.policy, self.params, self.optimizer = config, policy, params, optimizer
         self.dist, self.module, self.autocast, self.image_size = dist, module, autocast, image_size
         self.log, self.counters, self.ema = log, counters, ema
         # DDP and FSDP2 average gradients over ranks; the explicit path sums them
-        self.fsdp = module is not None and dist.active and any(is_sharded(p) for p in params)
+        self.fsdp = sharded and module is not None and dist.active
         self.module_syncs = self.fsdp or (module is not None and dist.active and hasattr(module, "no_sync"))
         self.step = 0  # for log lines
         self.optimizer_steps = 0  # gradient syncs so far (a benchmark counts their bytes)
