@@ -11,6 +11,7 @@ Precedence (lowest first): dataclass defaults → the recipe's settings → ``--
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -143,12 +144,34 @@ class TrainConfig:
         """Apply ``values`` (from ``source``, used in errors), converting types."""
         known = {f.name: f for f in fields(self)}
         for key, raw in values.items():
+            head, dot, path = key.partition(".")
+            if dot and head in known:
+                self._merge_into(known[head], path, raw, source)
+                continue
             if key not in known:
                 close = difflib.get_close_matches(key, list(known), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(f"{source}: unknown config key {key!r}.{hint}")
             setattr(self, key, _convert(known[key], raw, source))
         return self
+
+    def _merge_into(self, f: dataclasses.Field, path: str, raw: Any, source: str) -> None:
+        """``policy_kwargs.path = X``: set one entry of a dict option (nested dicts by further
+        dots), keeping the entries a recipe or config file gave it."""
+        if not _type_name(f).startswith("dict"):
+            raise ConfigError(f"{source}: config key {f.name!r} is not a table, so {f.name}.{path} cannot be set; "
+                              f"use {f.name}=VALUE")
+        keys = path.split(".")
+        if not all(keys):
+            raise ConfigError(f"{source}: {f.name}.{path!r} has an empty part; write e.g. {f.name}.path=VALUE")
+        merged = copy.deepcopy(getattr(self, f.name) or {})
+        table = merged
+        for i, k in enumerate(keys[:-1]):
+            table = table.setdefault(k, {})
+            if not isinstance(table, dict):
+                raise ConfigError(f"{source}: {f.name}.{'.'.join(keys[:i + 1])} is {table!r}, not a table")
+        table[keys[-1]] = raw
+        setattr(self, f.name, merged)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

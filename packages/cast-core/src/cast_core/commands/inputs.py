@@ -60,11 +60,20 @@ def policy_opt_option(fn):
     )(fn)
 
 
-def policy_kwargs(policy_opts) -> dict:
-    """``("device=\\"cuda\\"", "lora_rank=16")`` → ``{"device": "cuda", "lora_rank": 16}``."""
-    from cast_core.config import parse_set
+def policy_kwargs(policy_opts, sets=()) -> dict:
+    """``("device=\\"cuda\\"", "lora_rank=16")`` → ``{"device": "cuda", "lora_rank": 16}``; ``sets``
+    are ``--set policy_kwargs.KEY=VALUE`` items (the training config's spelling, so a command
+    that trained a model samples it with the same words; nested keys by further dots)."""
+    from cast_core.config import ConfigError, TrainConfig, parse_set
 
-    return parse_set(list(policy_opts), "--policy-opt", 'device="cuda"') if policy_opts else {}
+    kwargs = parse_set(list(policy_opts), "--policy-opt", 'device="cuda"') if policy_opts else {}
+    values = parse_set(list(sets), "--set", "policy_kwargs.path=DIR") if sets else {}
+    for key in values:
+        if not key.startswith("policy_kwargs."):
+            raise ConfigError(f"--set {key}=...: this command takes only policy_kwargs.KEY=VALUE "
+                              "(e.g. --set policy_kwargs.path=/models/FLUX.2-dev)")
+    config = TrainConfig(policy_kwargs=kwargs).update(values, "--set")
+    return config.policy_kwargs
 
 
 def load_adapter_option(policy, directory: str, option: str = "--adapter") -> None:

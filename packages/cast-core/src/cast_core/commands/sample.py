@@ -16,7 +16,9 @@ from cast_core.commands.inputs import policy_opt_option
 @click.option("--adapter", type=click.Path(file_okay=False, exists=True), help="Adapter directory (e.g. a checkpoint's adapter/).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Output PNG.")
 @policy_opt_option
-def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts):
+@click.option("--set", "sets", multiple=True, metavar="policy_kwargs.KEY=VALUE",
+              help="Policy factory argument in the training config's spelling, e.g. policy_kwargs.path=DIR (repeatable).")
+def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts, sets):
     """Generate images for --prompt with the policy's deterministic ODE sampler."""
     import torch
     from PIL import Image
@@ -26,7 +28,7 @@ def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opt
     from cast_core.sampling import ode_images
     from cast_core.viz import _to_pil
 
-    pol = get_policy(policy, **policy_kwargs(policy_opts))
+    pol = get_policy(policy, **policy_kwargs(policy_opts, sets))
     if adapter:
         load_adapter_option(pol, adapter)
     gen = torch.Generator().manual_seed(seed)

@@ -1,0 +1,275 @@
+"""What the diffusers policies share: holding a pipeline, the LoRA adapter, devices and dtypes,
+the noise schedule, sharding, and text-encoder offload.
+
+A subclass says only what differs between model families — how prompts are encoded, how the
+transformer is called (and guided), how latents are packed and decoded, and how the schedule's
+shift ``mu`` is computed. Everything a subclass does is checked against the family's own
+diffusers pipeline: same components and seed give the same noise, sigmas and images
+(tests/test_pipeline_parity.py).
+
+Three choices that keep a 32B model trainable:
+
+* no second copy of the weights anywhere: the reference policy (KL) is the same transformer
+  with its adapter switched off, and there is no ``inference()`` that folds the adapter into
+  cloned base weights;
+* the frozen base may be bfloat16 (``torch_dtype``) while the adapter stays float32;
+* the text encoder (Mistral-24B, Qwen2.5-VL-7B) can leave the accelerator once the trainer has
+  encoded every training prompt (:meth:`offload_text_encoder`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, ClassVar, Iterator, Sequence
+
+import torch
+
+from cast_backbones.lora import add_lora, load_lora, lora_parameters, save_lora
+from cast_core.conditioning import PromptEmbeds
+from cast_core.sharding import fully_shard_module
+
+__all__ = ["DiffusersPolicy", "resolve_dtype"]
+
+
+def resolve_dtype(value: "str | torch.dtype | None") -> "torch.dtype | None":
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    dtype = getattr(torch, str(value), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"torch_dtype {value!r} is not a torch dtype; use 'float32' or 'bfloat16'")
+    return dtype
+
+
+class DiffusersPolicy:
+    """Base of the FLUX.2 and Qwen-Image policies. Give exactly one of ``path`` (a local
+    directory saved by ``save_pretrained``, or a hub id on a machine with network) and
+    ``pipeline`` (an already built pipeline, which the policy then owns)."""
+
+    #: registry name, diffusers pipeline class name, and the transformer block lists FSDP2 shards
+    name: ClassVar[str]
+    pipeline_class_name: ClassVar[str]
+    block_lists: ClassVar[tuple[str, ...]] = ("transformer_blocks",)
+    #: what `cast window --policy ...` measures with: CLIP sees natural images' structure
+    window_defaults: ClassVar[dict] = {"embedder": "clip"}
+
+    def __init__(self, path: str | Path | None = None, *, pipeline: Any = None, torch_dtype: Any = None,
+                 device: str | torch.device = "cpu", lora_rank: int = 64, lora_alpha: float | None = None,
+                 lora_targets: Sequence[str] | str | None = None, image_size: Sequence[int] | None = None,
+                 max_sequence_length: int = 512):
+        if (path is None) == (pipeline is None):
+            raise ValueError(f"{type(self).__name__}: give exactly one of path= (a local pipeline directory or hub id) "
+                             "and pipeline= (a built diffusers pipeline)")
+        dtype = resolve_dtype(torch_dtype)
+        if pipeline is None:
+            pipeline = self._load(path, dtype)
+        elif dtype is not None:
+            for component in (pipeline.transformer, pipeline.text_encoder, pipeline.vae):
+                component.to(dtype)
+        expected = self.pipeline_class()
+        if not isinstance(pipeline, expected):
+            raise TypeError(f"{type(self).__name__} needs a {expected.__name__}, got {type(pipeline).__name__}")
+        self.pipe = pipeline
+        self.transformer = pipeline.transformer
+        self.transformer.requires_grad_(False)
+        pipeline.vae.requires_grad_(False)
+        pipeline.text_encoder.requires_grad_(False)
+        self.device = torch.device(device)
+        self.text_encoder_device = self.device
+        for component in (self.transformer, pipeline.vae, pipeline.text_encoder):
+            component.to(self.device)
+        self.max_sequence_length = int(max_sequence_length)
+        self.vae_scale = int(pipeline.vae_scale_factor) * 2  # pixels per latent token (8x VAE x 2x2 packing)
+        size = tuple(int(s) for s in image_size) if image_size is not None else \
+            (pipeline.default_sample_size * pipeline.vae_scale_factor,) * 2
+        self.default_image_size = self._check_size(size)
+        if isinstance(lora_targets, str):
+            lora_targets = [t.strip() for t in lora_targets.split(",") if t.strip()]
+        self.lora = {"rank": int(lora_rank), "alpha": float(lora_alpha if lora_alpha is not None else 2 * lora_rank),
+                     "targets": list(lora_targets) if lora_targets else self.default_lora_targets(self.transformer)}
+        add_lora(self.transformer, **self.lora)
+        self._forward = self.transformer  # what runs the transformer: DDP's wrapper after prepare()
+        self._schedules: dict[tuple, torch.Tensor] = {}
+        self._negative: PromptEmbeds | None = None
+        self.identity = f"{self.name}:{Path(path).expanduser().resolve() if Path(str(path)).exists() else path}" \
+            if path is not None else None
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def pipeline_class(cls):
+        import diffusers
+
+        return getattr(diffusers, cls.pipeline_class_name)
+
+    @classmethod
+    def from_pipeline(cls, pipeline: Any, **options: Any) -> "DiffusersPolicy":
+        return cls(pipeline=pipeline, **options)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, torch_dtype: Any = None, **options: Any) -> "DiffusersPolicy":
+        return cls(path, torch_dtype=torch_dtype, **options)
+
+    @classmethod
+    def _load(cls, path: str | Path, dtype: "torch.dtype | None") -> Any:
+        local = Path(str(path)).expanduser()
+        if not local.exists() and (str(path).startswith((".", "/", "~")) or str(path).count("/") != 1):
+            raise FileNotFoundError(f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
+                                    f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)")
+        source = str(local) if local.exists() else str(path)
+        return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
+
+    @staticmethod
+    def default_lora_targets(transformer) -> list[str]:
+        raise NotImplementedError
+
+    # -- sizes and schedule ---------------------------------------------------------------------
+    def _check_size(self, image_size: Sequence[int] | None) -> tuple[int, int]:
+        if image_size is None:
+            return self.default_image_size
+        h, w = (int(s) for s in image_size)
+        if h <= 0 or w <= 0 or h % self.vae_scale or w % self.vae_scale:
+            raise ValueError(f"{type(self).__name__}: image_size {(h, w)} must be positive multiples of "
+                             f"{self.vae_scale} (the VAE's downsampling times the 2x2 packing)")
+        return h, w
+
+    def latent_grid(self, image_size=None) -> tuple[int, int]:
+        """``(H/16, W/16)`` for the real models: one token per 16x16 pixels."""
+        h, w = self._check_size(image_size)
+        return h // self.vae_scale, w // self.vae_scale
+
+    def schedule_mu(self, image_seq_len: int, num_steps: int) -> float:
+        raise NotImplementedError
+
+    def sigmas(self, num_steps: int, image_size=None) -> torch.Tensor:
+        """The pipeline's own sigmas: ``linspace(1, 1/N, N)`` shifted by the scheduler with the
+        family's ``mu``, then the scheduler's final 0 — computed by a private copy of the
+        pipeline's scheduler, so the shift code is diffusers' own."""
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1, got {num_steps}")
+        h, w = self.latent_grid(image_size)
+        key = (num_steps, h, w)
+        if key not in self._schedules:
+            import numpy as np
+
+            scheduler = type(self.pipe.scheduler).from_config(self.pipe.scheduler.config)
+            sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
+            if getattr(scheduler.config, "use_flow_sigmas", False):
+                sigmas = None
+            scheduler.set_timesteps(sigmas=sigmas, mu=self.schedule_mu(h * w, num_steps), device="cpu")
+            computed = scheduler.sigmas.detach().to(torch.float32).cpu()
+            if not bool(torch.isfinite(computed).all()):
+                raise ValueError(f"{type(self).__name__}: the pipeline's scheduler gives non-finite sigmas for "
+                                 f"{num_steps} step(s): {computed.tolist()} (diffusers' shift_terminal divides by "
+                                 "zero for a single step); sample with more steps")
+            self._schedules[key] = computed
+        return self._schedules[key].clone()
+
+    def initial_noise(self, n: int, image_size=None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Noise drawn as the pipeline draws it (``randn_tensor`` of its unpacked latent shape on
+        the generator's device, float32), then packed: the same generator gives the same start."""
+        h, w = self.latent_grid(image_size)
+        shape = self.noise_shape(n, h, w)
+        device = generator.device if generator is not None else torch.device("cpu")
+        x = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
+        return self.pack(x, h, w).to(self.device)
+
+    def noise_shape(self, n: int, h: int, w: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def pack(self, latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- text -------------------------------------------------------------------------------------
+    def encode(self, prompts: Sequence[str], image_size=None) -> PromptEmbeds:
+        if self.pipe.text_encoder is None:
+            raise RuntimeError(f"{type(self).__name__}: the text encoder was released; encode prompts before "
+                               "offload_text_encoder()")
+        with torch.no_grad():
+            embeds = self.encode_prompts(list(prompts), self.text_encoder_device)
+        return embeds.to(self.device)
+
+    def encode_prompts(self, prompts: list[str], device: torch.device) -> PromptEmbeds:
+        raise NotImplementedError
+
+    def negative(self, n: int) -> PromptEmbeds:
+        """The fixed negative prompt's conditioning, encoded once, as ``n`` rows."""
+        if self._negative is None:
+            self._negative = self.encode([self.negative_prompt])
+        return self._negative.to(self.device).select([0] * n)
+
+    negative_prompt: ClassVar[str] = ""
+
+    def offload_text_encoder(self) -> None:
+        """Move the text encoder to the CPU (encoding still works, slowly): the trainer calls this
+        once every training prompt is encoded, so the accelerator holds only the transformer
+        and the VAE."""
+        if self._negative is None and self.uses_negative:
+            self.negative(1)
+        self.pipe.text_encoder.to("cpu")
+        self.text_encoder_device = torch.device("cpu")
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    uses_negative: ClassVar[bool] = False
+
+    # -- training ---------------------------------------------------------------------------------
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return lora_parameters(self.transformer)
+
+    def enable_gradient_checkpointing(self) -> None:
+        """diffusers' own activation checkpointing of every transformer block."""
+        self.transformer.enable_gradient_checkpointing()
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """The base model: the adapter switched off, no second copy of the weights."""
+        self.transformer.disable_adapters()
+        try:
+            yield
+        finally:
+            self.transformer.enable_adapters()
+
+    def prepare(self, accelerator: Any, sharding: str = "accelerate") -> torch.nn.Module:
+        """Onto ``accelerator.device`` (the text encoder too unless offloaded); the transformer
+        wrapped by ``accelerator.prepare`` (DDP across processes) or sharded block by block with
+        FSDP2 (``sharding="fsdp2"``: frozen bf16 base and float32 adapter alike)."""
+        self.device = torch.device(accelerator.device)
+        self.transformer.to(self.device)
+        self.pipe.vae.to(self.device)
+        if self.text_encoder_device.type != "cpu" or self.device.type == "cpu":
+            self.pipe.text_encoder.to(self.device)
+            self.text_encoder_device = self.device
+        if sharding == "fsdp2":
+            blocks = [b for name in self.block_lists for b in getattr(self.transformer, name)]
+            self._forward = fully_shard_module(self.transformer, blocks)
+        elif sharding == "accelerate":
+            self._forward = accelerator.prepare(self.transformer)
+        else:
+            raise ValueError(f"{type(self).__name__}.prepare: unknown sharding {sharding!r}; use 'accelerate' or 'fsdp2'")
+        return self._forward
+
+    def save_adapter(self, directory: str | Path) -> None:
+        """``pytorch_lora_weights.safetensors`` that ``pipe.load_lora_weights(directory)`` loads."""
+        save_lora(self.pipeline_class(), self.transformer, directory)
+
+    def load_adapter(self, directory: str | Path) -> None:
+        load_lora(self.transformer, directory)
+
+    # -- sampling -------------------------------------------------------------------------------
+    def _timestep(self, sigma: Any, n: int, dtype: torch.dtype) -> torch.Tensor:
+        """``sigma`` as the ``[n]`` timestep the pipeline feeds (its ``t/1000``)."""
+        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
+        return (t.expand(n) if t.ndim == 0 else t.reshape(n)).to(dtype)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.transformer.dtype
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor, image_size=None) -> torch.Tensor:
+        h, w = self.latent_grid(image_size)
+        image = self.decode_latents(latents.to(self.device), h, w)
+        return self.pipe.image_processor.postprocess(image, output_type="pt").float()
+
+    def decode_latents(self, latents: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        raise NotImplementedError
