@@ -20,6 +20,7 @@ Three choices that keep a 32B model trainable:
 from __future__ import annotations
 
 import contextlib
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -86,7 +87,7 @@ class DiffusersPolicy:
         if isinstance(lora_targets, str):
             lora_targets = [t.strip() for t in lora_targets.split(",") if t.strip()]
         self.lora = {"rank": int(lora_rank), "alpha": float(lora_alpha if lora_alpha is not None else 2 * lora_rank),
-                     "targets": list(lora_targets) if lora_targets else self.default_lora_targets(self.transformer)}
+                     "targets": list(lora_targets) if lora_targets is not None else self.default_lora_targets(self.transformer)}
         add_lora(self.transformer, **self.lora)
         self._forward = self.transformer  # what runs the transformer: DDP's wrapper after prepare()
         self._schedules: dict[tuple, torch.Tensor] = {}
@@ -116,7 +117,9 @@ class DiffusersPolicy:
             raise FileNotFoundError(f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
                                     f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)")
         source = str(local) if local.exists() else str(path)
-        return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
+        with warnings.catch_warnings():  # diffusers >= 0.42 renames torch_dtype to dtype; older ones know only torch_dtype
+            warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
+            return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
 
     @staticmethod
     def default_lora_targets(transformer) -> list[str]:

@@ -33,7 +33,7 @@ def _settings(**overrides):
     common = {
         "prompts": "cast_backbones.prompts:train_prompts",
         "image_size": [512, 512],
-        "policy_kwargs": {"torch_dtype": "bfloat16", "device": "cuda", "lora_rank": 64, "lora_alpha": 128,
+        "policy_kwargs": {"lora_rank": 64, "lora_alpha": 128,
                           "image_size": [512, 512]},
         "base_dtype": "bfloat16", "precision": "bf16", "gradient_checkpointing": True, "offload_text_encoder": True,
         "window_kwargs": {"embedder": "clip", "window_size": 2},
