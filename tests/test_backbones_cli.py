@@ -15,7 +15,7 @@ import pytest
 from conftest import run_cast
 
 CPU = ["--set", 'base_dtype="float32"', "--set", 'precision="no"', "--set", "image_size=[32, 32]",
-       "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'window_kwargs.embedder="pixels"',
+       "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'policy_kwargs.text_encoder_device="cpu"', "--set", 'window_kwargs.embedder="pixels"',
        "--set", "group_size=2", "--set", "prompts_per_step=1", "--set", "num_steps=4",
        "--set", 'prompts=["a photo of a red cat", "a photo of two dogs"]']
 
@@ -42,7 +42,7 @@ def test_train_from_a_saved_pipeline_then_sample(name, tmp_path):
 
     picture = tmp_path / "sample.png"
     drawn = run_cast("sample", "--policy", name, "--set", f"policy_kwargs.path={model}",
-                     "--set", "policy_kwargs.image_size=[32, 32]", "--set", "policy_kwargs.lora_rank=64",
+                     "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'policy_kwargs.text_encoder_device="cpu"', "--set", "policy_kwargs.lora_rank=64",
                      "--prompt", "a photo of a red cat", "--steps", "3", "--adapter", str(adapter), "-o", str(picture))
     assert drawn.returncode == 0, drawn.stderr[-3000:]
     assert picture.is_file()

@@ -160,3 +160,21 @@ def test_reference_is_the_adapter_free_pipeline_transformer():
         tuned = policy.velocity(x, torch.tensor(0.5), cond)
     torch.testing.assert_close(ref, expected, atol=1e-6, rtol=1e-6)
     assert float((tuned - expected).abs().max()) > 1e-3
+
+
+def test_cuda_means_this_processs_gpu(monkeypatch):
+    from cast_backbones.base import resolve_device
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert resolve_device("cuda") == torch.device("cuda")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert resolve_device("cuda") == torch.device("cuda", 3)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1) and resolve_device("cpu") == torch.device("cpu")
+
+
+def test_the_text_encoder_has_its_own_device():
+    policy = tiny_policy("flux2", text_encoder_device="meta")
+    assert next(policy.pipe.text_encoder.parameters()).device.type == "meta"
+    assert next(policy.transformer.parameters()).device.type == "cpu"
+    policy.prepare(_OneProcess())
+    assert next(policy.pipe.text_encoder.parameters()).device.type == "meta"  # prepare leaves it where it is

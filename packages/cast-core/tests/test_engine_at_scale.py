@@ -91,6 +91,57 @@ def test_offloading_the_text_encoder_encodes_every_prompt_first(tmp_path):
     assert len(metrics(tmp_path / "r")) == 2
 
 
+class _EventPolicy(FakePolicy):
+    """Records when it encodes, releases its text encoder and is prepared."""
+
+    def __init__(self, events, **kw):
+        super().__init__(**kw)
+        self.events = events
+
+    def encode(self, prompts, image_size=None):
+        self.events.append(("encode", tuple(prompts)))
+        return super().encode(prompts, image_size)
+
+    def offload_text_encoder(self):
+        self.events.append(("offload",))
+        super().offload_text_encoder()
+
+    def prepare(self, accelerator, sharding="accelerate"):
+        self.events.append(("prepare",))
+        return super().prepare(accelerator, sharding)
+
+
+class _MeasuringSelector:
+    """A measured (once per run) selector that samples its calibration prompts, as
+    clip-curvature does."""
+
+    def select(self, policy, prompts, num_steps):
+        from cast_core.sampling import sample
+
+        sample(policy, list(prompts)[:2], num_steps=num_steps, generator=torch.Generator().manual_seed(0))
+        from cast_core.types import Window
+
+        return Window(0, 2)
+
+
+def test_the_text_encoder_leaves_before_the_transformer_arrives_and_is_not_needed_again(tmp_path, monkeypatch):
+    """FLUX.2-dev's encoder and transformer do not fit one 80 GB GPU together: every training
+    prompt is encoded, the encoder released, and only then is the policy prepared; the window
+    measured afterwards reads the cached prompts instead of encoding them again."""
+    import cast_core.trainer as trainer_module
+
+    events = []
+    monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: _EventPolicy(events, **kw))
+    monkeypatch.setattr(trainer_module, "get_window_selector", lambda name, **kw: _MeasuringSelector())
+    trainer = Trainer(fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"),
+                      tmp_path / "r", log=quiet)
+    kinds = [e[0] for e in events]
+    assert kinds == ["encode", "offload", "prepare"] and len(events[0][1]) == 3
+    trainer.run()
+    assert [e[0] for e in events[3:]] == []  # neither the window nor the step encoded anything
+    assert trainer.window_for(0, []) == trainer._window and trainer._window.size == 2
+
+
 class RaggedPolicy(FakePolicy):
     """Encodes a prompt as one token per word — ragged lengths, padded per batch with a mask,
     as Qwen-Image's text encoder does — and conditions on the masked mean of the tokens."""

@@ -20,6 +20,7 @@ Three choices that keep a 32B model trainable:
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Sequence
@@ -30,7 +31,16 @@ from cast_backbones.lora import add_lora, load_lora, lora_parameters, save_lora
 from cast_core.conditioning import PromptEmbeds
 from cast_core.sharding import fully_shard_module
 
-__all__ = ["DiffusersPolicy", "resolve_dtype"]
+__all__ = ["DiffusersPolicy", "resolve_dtype", "resolve_device"]
+
+
+def resolve_device(value: "str | torch.device") -> torch.device:
+    """``"cuda"`` means this process's GPU (``LOCAL_RANK`` under torchrun / accelerate), so that
+    eight processes given the same options do not all load onto GPU 0."""
+    device = torch.device(value)
+    if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return device
 
 
 def resolve_dtype(value: "str | torch.dtype | None") -> "torch.dtype | None":
@@ -55,7 +65,8 @@ class DiffusersPolicy:
     window_defaults: ClassVar[dict] = {"embedder": "clip"}
 
     def __init__(self, path: str | Path | None = None, *, pipeline: Any = None, torch_dtype: Any = None,
-                 device: str | torch.device = "cpu", lora_rank: int = 64, lora_alpha: float | None = None,
+                 device: str | torch.device = "cpu", text_encoder_device: str | torch.device | None = None,
+                 lora_rank: int = 64, lora_alpha: float | None = None,
                  lora_targets: Sequence[str] | str | None = None, image_size: Sequence[int] | None = None,
                  max_sequence_length: int = 512):
         if (path is None) == (pipeline is None):
@@ -75,10 +86,11 @@ class DiffusersPolicy:
         self.transformer.requires_grad_(False)
         pipeline.vae.requires_grad_(False)
         pipeline.text_encoder.requires_grad_(False)
-        self.device = torch.device(device)
-        self.text_encoder_device = self.device
-        for component in (self.transformer, pipeline.vae, pipeline.text_encoder):
-            component.to(self.device)
+        self.device = resolve_device(device)
+        self.text_encoder_device = resolve_device(text_encoder_device) if text_encoder_device is not None else self.device
+        self.transformer.to(self.device)
+        pipeline.vae.to(self.device)
+        pipeline.text_encoder.to(self.text_encoder_device)
         self.max_sequence_length = int(max_sequence_length)
         self.vae_scale = int(pipeline.vae_scale_factor) * 2  # pixels per latent token (8x VAE x 2x2 packing)
         size = tuple(int(s) for s in image_size) if image_size is not None else \
@@ -233,15 +245,13 @@ class DiffusersPolicy:
             self.transformer.enable_adapters()
 
     def prepare(self, accelerator: Any, sharding: str = "accelerate") -> torch.nn.Module:
-        """Onto ``accelerator.device`` (the text encoder too unless offloaded); the transformer
-        wrapped by ``accelerator.prepare`` (DDP across processes) or sharded block by block with
-        FSDP2 (``sharding="fsdp2"``: frozen bf16 base and float32 adapter alike)."""
+        """The transformer and VAE onto ``accelerator.device``, the transformer wrapped by
+        ``accelerator.prepare`` (DDP across processes) or sharded block by block with FSDP2
+        (``sharding="fsdp2"``: frozen bf16 base and float32 adapter alike). The text encoder
+        stays on ``text_encoder_device``: the trainer encodes and offloads it before this."""
         self.device = torch.device(accelerator.device)
         self.transformer.to(self.device)
         self.pipe.vae.to(self.device)
-        if self.text_encoder_device.type != "cpu" or self.device.type == "cpu":
-            self.pipe.text_encoder.to(self.device)
-            self.text_encoder_device = self.device
         if sharding == "fsdp2":
             blocks = [b for name in self.block_lists for b in getattr(self.transformer, name)]
             self._forward = fully_shard_module(self.transformer, blocks)

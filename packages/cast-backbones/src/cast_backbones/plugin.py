@@ -33,8 +33,10 @@ def _settings(**overrides):
     common = {
         "prompts": "cast_backbones.prompts:train_prompts",
         "image_size": [512, 512],
-        "policy_kwargs": {"lora_rank": 64, "lora_alpha": 128,
-                          "image_size": [512, 512]},
+        # loaded on the CPU; the text encoder alone visits the GPU to encode every training
+        # prompt, leaves (offload_text_encoder), and only then does prepare() bring the transformer
+        "policy_kwargs": {"lora_rank": 64, "lora_alpha": 128, "image_size": [512, 512], "device": "cpu",
+                          "text_encoder_device": "cuda"},
         "base_dtype": "bfloat16", "precision": "bf16", "gradient_checkpointing": True, "offload_text_encoder": True,
         "window_kwargs": {"embedder": "clip", "window_size": 2},
         "group_size": 16, "prompts_per_step": 4, "lr": 3e-4, "clip_range": 1e-4, "beta": 0.0, "adv_clip": 5.0,

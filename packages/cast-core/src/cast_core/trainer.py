@@ -29,7 +29,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -85,15 +85,21 @@ class Trainer:
         self.files = RunDirectory(self.run_dir, writer=self.dist.is_main)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = self._build_policy()
+        self.prompts = resolve_prompts(cfg.prompts)
+        self.image_size = tuple(cfg.image_size) if cfg.image_size else None
+        self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
+                                        device=self.policy_device(), who=f"policy {cfg.policy!r}",
+                                        max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size)
+        if cfg.offload_text_encoder:  # before prepare(): the text encoder leaves before the transformer arrives
+            self._encode_all_then_offload()
         self.module = self._prepare_policy()
+        self.prompt_cache.device = self.policy_device()
         scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
         self.decomposer = get_atom_decomposer(cfg.decomposer)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
                                  "heatmap_norm": cfg.heatmap_norm, "atom_credit": cfg.atom_credit})
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
-        self.prompts = resolve_prompts(cfg.prompts)
-        self.image_size = tuple(cfg.image_size) if cfg.image_size else None
         self.latent_grid = self.policy.latent_grid(self.image_size)
         self.dist.shard(cfg.prompts_per_step * cfg.group_size)  # fail now, not at the first step
         self.params = [p for p in self.policy.trainable_parameters()]
@@ -109,15 +115,10 @@ class Trainer:
         self.judge_ = Judge(scorer, self.decomposer, self.projector, self.dist, group_size=cfg.group_size,
                             heatmap_source=cfg.heatmap_source, log=self.log, counters=self.counters)
         self.maps_from_x0 = self.judge_.maps_from_x0
-        self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
-                                        device=self.policy_device(), who=f"policy {cfg.policy!r}",
-                                        max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size)
         self._prepare_run_dir(resume)
         self.updater = PolicyUpdate(cfg, self.policy, self.params, self.optimizer, self.dist, module=self.module,
                                     autocast=self.autocast, image_size=self.image_size, log=self.log,
                                     counters=self.counters, ema=self.ema, sharded=self.sharded)
-        if cfg.offload_text_encoder:
-            self._encode_all_then_offload()
 
     # the judge owns the scorer (a test or a plugin may swap it on a built trainer)
     scorer = property(lambda self: self.judge_.scorer, lambda self, v: setattr(self.judge_, "scorer", v))
@@ -163,14 +164,14 @@ class Trainer:
         return prepare(self.accelerator, sharding=cfg.sharding)
 
     def _encode_all_then_offload(self) -> None:
-        """Encode every training prompt (and measure the window, which samples), then let the
-        policy release its text encoder."""
+        """Encode every training prompt, then let the policy release its text encoder — all
+        before ``prepare`` moves the transformer to the accelerator, so the two never share it
+        (FLUX.2-dev's 48 GB encoder and 64 GB transformer do not fit one 80 GB GPU together).
+        A window measured later reads its prompts from this cache (:meth:`_measured_window`)."""
         offload = getattr(self.policy, "offload_text_encoder", None)
         if offload is None:
             raise ConfigError(f"config key 'offload_text_encoder': policy {self.config.policy!r} has no "
                               f"offload_text_encoder(); set offload_text_encoder = false")
-        if self.selector is not None and not hasattr(self.selector, "select_for_step"):
-            self._window = self._measured_window()
         self.log(f"encoding {len(set(self.prompts))} training prompts before offloading the text encoder")
         self.prompt_cache.warm(self.prompts)
         offload()
@@ -223,7 +224,8 @@ class Trainer:
         if self.sharded:  # a sharded policy's forward passes are collectives: every process measures
             measure = self.dist.broadcast_object(record is None)
         if measure:
-            window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
+            policy = _CachedEncoding(self.policy, self.prompt_cache) if self.config.offload_text_encoder else self.policy
+            window = self.selector.select(policy, list(self.prompts), self.config.num_steps)
             record = {"start": window.start, "size": window.size, "selector": self.config.window,
                       "diagnostics": _jsonable_tree(dict(window.diagnostics))}
             self.files.write_window(record)
@@ -513,3 +515,18 @@ class _Progress:
         if self.tty:
             self.bar.stop()
         return False
+
+
+class _CachedEncoding:
+    """The policy, with ``encode`` answered from the run's prompt cache: once the text encoder
+    has left the accelerator, a window measured on training prompts must not re-encode them
+    there (a 24B encoder on the CPU takes minutes a batch). Everything else is the policy's."""
+
+    def __init__(self, policy: Any, cache: PromptCache):
+        self._policy, self._cache = policy, cache
+
+    def encode(self, prompts: Sequence[str], image_size: Any = None) -> Any:
+        return self._cache.batch(list(prompts))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
