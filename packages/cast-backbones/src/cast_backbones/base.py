@@ -34,6 +34,12 @@ from cast_core.sharding import fully_shard_module
 __all__ = ["DiffusersPolicy", "resolve_dtype", "resolve_device"]
 
 
+def _source(path: str | Path) -> str:
+    """A local directory as its absolute path; anything else (a hub id) as given."""
+    local = Path(str(path)).expanduser()
+    return str(local.resolve()) if local.exists() else str(path)
+
+
 def resolve_device(value: "str | torch.device") -> torch.device:
     """``"cuda"`` means this process's GPU (``LOCAL_RANK`` under torchrun / accelerate), so that
     eight processes given the same options do not all load onto GPU 0."""
@@ -107,8 +113,9 @@ class DiffusersPolicy:
         self._forward = self.transformer  # what runs the transformer: DDP's wrapper after prepare()
         self._schedules: dict[tuple, torch.Tensor] = {}
         self._negative: PromptEmbeds | None = None
-        self.identity = f"{self.name}:{Path(path).expanduser().resolve() if Path(str(path)).exists() else path}" \
-            if path is not None else None
+        # what window caches key on: the model's location (None for a pipeline built in memory,
+        # which cast_windows then identifies by class and options)
+        self.identity = None if path is None else f"{self.name}:{_source(path)}"
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -127,11 +134,10 @@ class DiffusersPolicy:
 
     @classmethod
     def _load(cls, path: str | Path, dtype: "torch.dtype | None") -> Any:
-        local = Path(str(path)).expanduser()
-        if not local.exists() and (str(path).startswith((".", "/", "~")) or str(path).count("/") != 1):
+        source = _source(path)
+        if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
             raise FileNotFoundError(f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
                                     f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)")
-        source = str(local) if local.exists() else str(path)
         with warnings.catch_warnings():  # diffusers >= 0.42 renames torch_dtype to dtype; older ones know only torch_dtype
             warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
             return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
