@@ -1,7 +1,8 @@
 """Entry point of cast-rewards (``[project.entry-points.cast] rewards = "cast_rewards.plugin"``).
 
 Only names and lazy factories live here, so loading the plugin imports nothing heavy.
-Not registered yet (unbuilt): the ``geneval2`` and ``llm`` decomposers, the ``soft-tifa`` scorer.
+Not registered yet (unbuilt): the ``geneval2`` and ``llm`` decomposers, the ``clip-score``,
+``pickscore`` and ``remote`` scorers.
 """
 
 from cast_core import hookimpl, lazy
@@ -13,4 +14,13 @@ def register_atom_decomposers(register):
         "template",
         lazy("cast_rewards.template:TemplateDecomposer"),
         description="GenEval 2-style prompts -> scene graphs by grammar (open vocabulary)",
+    )
+
+
+@hookimpl
+def register_atom_scorers(register):
+    register(
+        "soft-tifa",
+        lazy("cast_rewards.soft_tifa:SoftTifaScorer"),
+        description="GenEval 2's Soft-TIFA on a Qwen3-VL judge (scorer_kwargs.path), attention heatmaps per atom",
     )

@@ -63,17 +63,25 @@ def policy_opt_option(fn):
 def policy_kwargs(policy_opts, sets=()) -> dict:
     """``("device=\\"cuda\\"", "lora_rank=16")`` → ``{"device": "cuda", "lora_rank": 16}``; ``sets``
     are ``--set policy_kwargs.KEY=VALUE`` items (the training config's spelling, so a command
-    that trained a model samples it with the same words; nested keys by further dots)."""
-    from cast_core.config import ConfigError, TrainConfig, parse_set
+    that trained a model samples it with the same words)."""
+    from cast_core.config import parse_set
 
     kwargs = parse_set(list(policy_opts), "--policy-opt", 'device="cuda"') if policy_opts else {}
-    values = parse_set(list(sets), "--set", "policy_kwargs.path=DIR") if sets else {}
+    return dotted_kwargs(sets, "policy_kwargs", kwargs)
+
+
+def dotted_kwargs(sets, table: str, base: dict | None = None) -> dict:
+    """The ``table`` dict (``policy_kwargs``, ``scorer_kwargs``) from ``--set table.KEY=VALUE``
+    items, merged into ``base`` as a training config merges them (nested keys by further dots)."""
+    from cast_core.config import ConfigError, TrainConfig, parse_set
+
+    values = parse_set(list(sets), "--set", f"{table}.path=DIR") if sets else {}
     for key in values:
-        if not key.startswith("policy_kwargs."):
-            raise ConfigError(f"--set {key}=...: this command takes only policy_kwargs.KEY=VALUE "
-                              "(e.g. --set policy_kwargs.path=/models/FLUX.2-dev)")
-    config = TrainConfig(policy_kwargs=kwargs).update(values, "--set")
-    return config.policy_kwargs
+        if not key.startswith(table + "."):
+            raise ConfigError(f"--set {key}=...: this command takes only {table}.KEY=VALUE "
+                              f"(e.g. --set {table}.path=/models/...)")
+    config = TrainConfig(**{table: dict(base or {})}).update(values, "--set")
+    return getattr(config, table)
 
 
 def load_adapter_option(policy, directory: str, option: str = "--adapter") -> None:

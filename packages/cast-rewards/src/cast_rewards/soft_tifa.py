@@ -1,0 +1,279 @@
+"""The ``soft-tifa`` atom scorer: GenEval 2's Soft-TIFA on a Qwen3-VL judge, one question per
+atom, with teacher-forced attention heatmaps of where the judge looked.
+
+**Scores** (GenEval 2's ``evaluation.py``, re-derived): each atom's question (the scene graph
+holds it) plus ``" Answer in one word."`` is asked about the image in the judge's chat template;
+the soft score is the probability the judge puts on the *first token* of an accepted answer at
+the answer position — "Yes", "yes", " yes", " Yes" for yes/no atoms; for a count atom the number
+word, capitalised, with a leading space, and the digit (GenEval 2's six variants). GenEval 2 reads
+``generate(max_new_tokens=1, output_scores=True).scores[0]``; under greedy decoding with no
+penalties that is the last-position logit of one forward pass, which is what we compute (tested
+equal). Two deliberate differences, both options: variants whose first tokens coincide are counted
+once (GenEval 2 would add the same probability twice — on Qwen's tokenizer the variants are
+distinct tokens, so nothing changes there), and ``renormalize=True`` divides a yes/no atom's
+mass by yes + no mass (GenEval 2 does not).
+
+**Batching**: every (image, atom) question of a call goes through the model ``batch_size`` at a
+time with left padding, so the answer position is the last column of every row; padding changes
+no score (tested). The image is re-encoded for each of its questions: reusing its prefix through
+a KV cache is not implemented yet.
+
+**Heatmaps** (when asked): the attention from the answer-predicting position (the last prompt
+token) to the image tokens, in the decoder layers of ``heatmap_layers`` (a band given as
+fractions of the depth, default the middle-to-late 0.5–0.85, after ViCrop's layer 22 of 28). We
+never switch the model to eager attention or ask for ``output_attentions``: forward hooks on the
+band's attention modules recompute that one query row exactly as eager attention would (tested
+against eager) and keep ``[heads, L]`` per layer. Then: mean over heads and layers; only image
+tokens kept (the text sinks, e.g. the first token, are gone with them) and renormalised;
+image-token sinks — cells above ``sink_factor`` × the map's median — set to the median; optionally
+divided by the same map for a generic question (``baseline_question``, ViCrop's ``rel_att``:
+cancels where the judge always looks); laid out row-major on the merged vision grid (image
+height/32 × width/32 for the real model); and — until the engine accepts heatmaps on the
+judge's own grid — resized bilinearly to the image size inside the scorer and scaled to peak 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from cast_core.scene_graph import Atom, SceneGraph
+from cast_core.types import AtomScores
+
+__all__ = ["SoftTifaScorer", "accepted_answers", "question_for"]
+
+YES = ("Yes", "yes", " yes", " Yes")
+NO = ("No", "no", " no", " No")
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+SUFFIX = " Answer in one word."
+GENERIC_QUESTION = "Write a general description of the image."
+
+
+def question_for(atom: Atom) -> str:
+    return f"{atom.question}{SUFFIX}"
+
+
+def accepted_answers(atom: Atom) -> tuple[str, ...]:
+    """GenEval 2's accepted answers: the yes-variants, or for a count the number's six forms."""
+    if atom.kind != "count":
+        return YES
+    n = int(atom.value)
+    word = NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
+    return (word, word.capitalize(), " " + word, " " + word.capitalize(), str(n), " " + str(n))
+
+
+class SoftTifaScorer:
+    """Soft-TIFA with a Qwen3-VL judge. Give ``path`` (a local directory or a hub id, default
+    ``Qwen/Qwen3-VL-8B-Instruct``) or an already built ``model`` and ``processor``."""
+
+    def __init__(self, path: str | None = "Qwen/Qwen3-VL-8B-Instruct", *, model: Any = None, processor: Any = None,
+                 device: str | None = None, torch_dtype: Any = None, batch_size: int = 16,
+                 max_pixels: int | None = 512 * 512, renormalize: bool = False,
+                 heatmap_layers: Sequence[float] = (0.5, 0.85), sink_factor: float = 20.0,
+                 baseline_question: str | None = GENERIC_QUESTION):
+        if (model is None) != (processor is None):
+            raise ValueError("SoftTifaScorer: give both model= and processor=, or neither (then path= is loaded)")
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if model is None:
+            model, processor = self._load(path, torch_dtype)
+        self.model = model.to(self.device).eval()
+        self.model.requires_grad_(False)
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.tokenizer.padding_side = "left"  # the answer position is then the last column of every row
+        if max_pixels is not None:
+            _limit_pixels(processor.image_processor, int(max_pixels))
+        self.batch_size = int(batch_size)
+        self.renormalize = bool(renormalize)
+        lo, hi = (float(f) for f in heatmap_layers)
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise ValueError(f"heatmap_layers must be fractions 0 <= lo <= hi <= 1 of the depth, got {heatmap_layers}")
+        depth = len(self._layers())
+        self.band = sorted({min(depth - 1, int(round(f * (depth - 1)))) for f in (lo, hi)})
+        self.band = list(range(self.band[0], self.band[-1] + 1))
+        self.sink_factor = float(sink_factor)
+        self.baseline_question = baseline_question
+        self.image_token_id = int(model.config.image_token_id)
+        self.merge = int(model.config.vision_config.spatial_merge_size)
+        self._first_token: dict[str, int] = {}
+
+    @staticmethod
+    def _load(path: str | None, torch_dtype: Any):
+        from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+
+        if path is None:
+            raise ValueError("SoftTifaScorer: path=None needs model= and processor=")
+        dtype = torch_dtype or (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        try:
+            model = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=dtype)
+            processor = AutoProcessor.from_pretrained(path)
+        except OSError as err:
+            raise FileNotFoundError(f"soft-tifa: cannot load a Qwen3-VL judge from {path!r} ({err}); give "
+                                    "scorer_kwargs.path = a local model directory (or a hub id on a machine with "
+                                    "network)") from None
+        return model, processor
+
+    # -- the questions ----------------------------------------------------------------------------
+    def _token(self, text: str) -> int:
+        if text not in self._first_token:
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+            if not ids:
+                raise ValueError(f"soft-tifa: the tokenizer gives no token for answer {text!r}")
+            self._first_token[text] = ids[0]
+        return self._first_token[text]
+
+    def _ids(self, answers: Sequence[str]) -> list[int]:
+        return list(dict.fromkeys(self._token(a) for a in answers))
+
+    def _messages(self, image: Any, question: str) -> list[dict]:
+        return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": question}]}]
+
+    def _encode(self, images: Sequence[Any], questions: Sequence[str]) -> dict:
+        texts = [self.processor.apply_chat_template(self._messages(img, q), add_generation_prompt=True, tokenize=False)
+                 for img, q in zip(images, questions)]
+        enc = self.processor(text=texts, images=list(images), padding=True, return_tensors="pt")
+        return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
+
+    # -- the forward pass ---------------------------------------------------------------------------
+    def _layers(self):
+        return self.model.model.language_model.layers
+
+    @torch.no_grad()
+    def _run(self, images: Sequence[Any], questions: Sequence[str], maps: bool):
+        """Last-position probabilities ``[n, V]`` (float32) and, if ``maps``, the image-token
+        attention rows ``list[[N_img]]`` with each row's merged grid."""
+        enc = self._encode(images, questions)
+        rows: dict[int, torch.Tensor] = {}
+        with self._capture(enc["attention_mask"], rows) if maps else contextlib.nullcontext():
+            out = self.model(**enc, logits_to_keep=1)
+        probs = out.logits[:, -1].float().softmax(-1)
+        if not maps:
+            return probs, None
+        attn = torch.stack([rows[i] for i in self.band]).mean(0)  # [n, L]: mean over layers (heads already)
+        grids = enc["image_grid_thw"]
+        image_rows = []
+        for r in range(attn.shape[0]):
+            where = enc["input_ids"][r] == self.image_token_id
+            _, gh, gw = (int(v) for v in grids[r])
+            image_rows.append((attn[r][where], (gh // self.merge, gw // self.merge)))
+        return probs, image_rows
+
+    @contextlib.contextmanager
+    def _capture(self, padding_mask: torch.Tensor, rows: dict[int, torch.Tensor]) -> Iterator[None]:
+        """Hooks on the band's attention modules that recompute the last query row's attention
+        weights (eager attention's arithmetic for that one row), averaged over heads."""
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb, repeat_kv
+
+        handles = []
+
+        def hook(index):
+            def capture(module, args, kwargs, output):
+                hidden = kwargs.get("hidden_states", args[0] if args else None)
+                cos, sin = kwargs.get("position_embeddings", args[1] if len(args) > 1 else None)
+                shape = (*hidden.shape[:-1], -1, module.head_dim)
+                q = module.q_norm(module.q_proj(hidden[:, -1:]).view(hidden.shape[0], 1, -1, module.head_dim))
+                k = module.k_norm(module.k_proj(hidden).view(shape))
+                q, k = q.transpose(1, 2), k.transpose(1, 2)
+                q, _ = apply_rotary_pos_emb(q, q, cos[:, -1:], sin[:, -1:])
+                _, k = apply_rotary_pos_emb(k, k, cos, sin)
+                k = repeat_kv(k, module.num_key_value_groups)
+                scores = torch.matmul(q, k.transpose(2, 3)).float() * module.scaling  # [B, H, 1, L]
+                keep = padding_mask[:, None, None, :].bool()
+                scores = scores.masked_fill(~keep, float("-inf"))
+                rows[index] = scores.softmax(-1)[:, :, 0].mean(1)  # [B, L]
+            return capture
+
+        for i in self.band:
+            handles.append(self._layers()[i].self_attn.register_forward_hook(hook(i), with_kwargs=True))
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    # -- maps ----------------------------------------------------------------------------------------
+    def _map(self, row: torch.Tensor, grid: tuple[int, int], baseline: torch.Tensor | None) -> torch.Tensor:
+        m = row.float().clamp_min(0)
+        m = m / m.sum().clamp_min(1e-12)
+        med = m.median()
+        if self.sink_factor > 0 and float(med) > 0:
+            m = torch.where(m > self.sink_factor * med, med, m)
+        if baseline is not None:
+            m = m / (baseline + 1e-6 * baseline.mean())
+        m = m.reshape(grid)
+        return m / m.max().clamp_min(1e-12)
+
+    def _baseline(self, row: torch.Tensor) -> torch.Tensor:
+        b = row.float().clamp_min(0)
+        return b / b.sum().clamp_min(1e-12)
+
+    # -- AtomScorer ------------------------------------------------------------------------------------
+    def score(self, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
+        graphs = list(graphs)
+        if len(graphs) != len(images):
+            raise ValueError(f"soft-tifa: {len(images)} images for {len(graphs)} scene graphs")
+        pil = [_to_pil(img) for img in images]
+        jobs = [(i, k, atom) for i, g in enumerate(graphs) for k, atom in enumerate(g.atoms)]
+        scores = [torch.zeros(len(g.atoms)) for g in graphs]
+        rows: dict[tuple[int, int], tuple[torch.Tensor, tuple[int, int]]] = {}
+        for start in range(0, len(jobs), self.batch_size):
+            chunk = jobs[start:start + self.batch_size]
+            probs, image_rows = self._run([pil[i] for i, _, _ in chunk], [question_for(a) for _, _, a in chunk], heatmaps)
+            for r, (i, k, atom) in enumerate(chunk):
+                scores[i][k] = self._soft_score(probs[r], atom)
+                if heatmaps:
+                    rows[(i, k)] = image_rows[r]
+        maps = None
+        if heatmaps:
+            baselines = self._baselines(pil) if self.baseline_question else [None] * len(pil)
+            maps = []
+            for i, g in enumerate(graphs):
+                h, w = images[i].shape[-2:]
+                per_atom = [self._map(*rows[(i, k)], baselines[i]) for k in range(len(g.atoms))]
+                grid = torch.stack(per_atom) if per_atom else torch.zeros(0, 1, 1)
+                maps.append(_resize(grid, (int(h), int(w))))
+        return AtomScores(graphs=graphs, scores=scores, heatmaps=maps)
+
+    def _soft_score(self, probs: torch.Tensor, atom: Atom) -> float:
+        mass = float(probs[self._ids(accepted_answers(atom))].sum())
+        if self.renormalize and atom.kind != "count":
+            no = float(probs[self._ids(NO)].sum())
+            mass = mass / max(mass + no, 1e-12)
+        return min(max(mass, 0.0), 1.0)
+
+    def _baselines(self, pil: list) -> list[torch.Tensor]:
+        out = []
+        for start in range(0, len(pil), self.batch_size):
+            chunk = pil[start:start + self.batch_size]
+            _, rows = self._run(chunk, [self.baseline_question] * len(chunk), True)
+            out += [self._baseline(row) for row, _ in rows]
+        return out
+
+
+def _limit_pixels(image_processor: Any, max_pixels: int) -> None:
+    """Fix the judge's image-token count: resize so that H·W ≤ ``max_pixels`` (512² → 256
+    tokens on Qwen3-VL)."""
+    if hasattr(image_processor, "max_pixels"):
+        image_processor.max_pixels = max_pixels
+    size = getattr(image_processor, "size", None)
+    if isinstance(size, dict) and "longest_edge" in size:
+        size["longest_edge"] = max_pixels
+
+
+def _to_pil(image: torch.Tensor):
+    from PIL import Image
+
+    arr = (image.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round().astype("uint8")
+    return Image.fromarray(arr)
+
+
+def _resize(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    if maps.numel() == 0:
+        return maps.new_zeros(0, *size)
+    out = torch.nn.functional.interpolate(maps[None].float(), size=size, mode="bilinear", align_corners=False)[0]
+    out = out.clamp_min(0)
+    return out / out.flatten(1).amax(1).clamp_min(1e-12)[:, None, None]  # peak 1 again after interpolation
