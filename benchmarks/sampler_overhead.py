@@ -50,13 +50,12 @@ def interleaved(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, int]) -> dict:
-    from cast_backbones.flux2 import Flux2KleinPolicy, Flux2Policy
-    from cast_backbones.qwen_image import QwenImagePolicy
+    from cast_backbones import policy_classes
     from cast_backbones.tiny import TINY_PIPELINES
     from cast_core.sampling import sample
     from cast_core.types import Window
 
-    cls = {"flux2": Flux2Policy, "flux2-klein": Flux2KleinPolicy, "qwen-image": QwenImagePolicy}[name]
+    cls = policy_classes()[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         bare = TINY_PIPELINES[name]()
@@ -71,8 +70,11 @@ def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, i
                          generator=torch.Generator().manual_seed(0), **extra)
 
     def ours(window):
-        return lambda: sample(policy, prompts, num_steps=steps, image_size=size, window=window,
-                              generator=torch.Generator().manual_seed(0))
+        def run():
+            policy._negative = None  # like for like: the pipeline encodes its negative prompt on every call
+            return sample(policy, prompts, num_steps=steps, image_size=size, window=window,
+                          generator=torch.Generator().manual_seed(0))
+        return run
 
     with torch.no_grad():
         t = interleaved({"pipeline_lora": pipeline(policy.pipe), "cast_ode": ours(None),

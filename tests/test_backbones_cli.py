@@ -14,8 +14,7 @@ import pytest
 
 from conftest import run_cast
 
-CPU = ["--set", 'base_dtype="float32"', "--set", 'precision="no"', "--set", "image_size=[32, 32]",
-       "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'policy_kwargs.text_encoder_device="cpu"', "--set", 'window_kwargs.embedder="pixels"',
+CPU = ["--set", 'base_dtype="float32"', "--set", 'precision="no"', "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'policy_kwargs.text_encoder_device="cpu"', "--set", 'window_kwargs.embedder="pixels"',
        "--set", "group_size=2", "--set", "prompts_per_step=1", "--set", "num_steps=4",
        "--set", 'prompts=["a photo of a red cat", "a photo of two dogs"]']
 

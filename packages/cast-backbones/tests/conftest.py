@@ -4,11 +4,10 @@ import warnings
 
 import pytest
 
-from cast_backbones.flux2 import Flux2KleinPolicy, Flux2Policy
-from cast_backbones.qwen_image import QwenImagePolicy
+from cast_backbones import policy_classes
 from cast_backbones.tiny import TINY_PIPELINES
 
-POLICIES = {"flux2": Flux2Policy, "flux2-klein": Flux2KleinPolicy, "qwen-image": QwenImagePolicy}
+POLICIES = policy_classes()
 NAMES = tuple(POLICIES)
 SIZE = (32, 32)
 

@@ -67,7 +67,7 @@ def test_an_adapter_of_another_rank_is_refused_by_name(saved, tmp_path):
     policy = POLICIES["qwen-image"].from_pretrained(saved / "qwen-image", image_size=(32, 32), lora_rank=4)
     policy.save_adapter(tmp_path / "a")
     other = POLICIES["qwen-image"].from_pretrained(saved / "qwen-image", image_size=(32, 32), lora_rank=2)
-    with pytest.raises(ValueError, match="lora_rank / lora_targets differ"):
+    with pytest.raises(ValueError, match="trained with r = 4, this policy has 2"):
         other.load_adapter(tmp_path / "a")
     with pytest.raises(FileNotFoundError, match="no LoRA weights at"):
         other.load_adapter(tmp_path / "nothing")
@@ -85,3 +85,10 @@ def test_alpha_survives_the_file(saved, tmp_path):
     with safe_open(str(tmp_path / "pytorch_lora_weights.safetensors"), "pt") as f:
         meta = json.loads(f.metadata()["lora_adapter_metadata"])
     assert (meta["transformer.r"], meta["transformer.lora_alpha"]) == (4, 16)
+
+
+def test_an_adapter_of_another_alpha_is_refused(saved, tmp_path):
+    POLICIES["flux2"].from_pretrained(saved / "flux2", image_size=(32, 32), lora_rank=4, lora_alpha=16).save_adapter(tmp_path)
+    other = POLICIES["flux2"].from_pretrained(saved / "flux2", image_size=(32, 32), lora_rank=4, lora_alpha=8)
+    with pytest.raises(ValueError, match="trained with lora_alpha = 16.0, this policy has 8"):
+        other.load_adapter(tmp_path)

@@ -114,14 +114,42 @@ def test_gradient_checkpointing_gives_the_same_gradients(name):
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
-def test_offloaded_text_encoder_still_encodes_and_keeps_the_negative(name):
+def test_offloaded_text_encoder_still_encodes_and_keeps_the_negative(name, monkeypatch):
     policy = tiny_policy(name)
     before = policy.encode(["a cat"])
+    moves = []
+    real_to = policy.pipe.text_encoder.to
+    monkeypatch.setattr(policy.pipe.text_encoder, "to", lambda *a, **k: moves.append((a, k)) or real_to(*a, **k))
+    assert policy._negative is None
     policy.offload_text_encoder()
-    assert next(policy.pipe.text_encoder.parameters()).device.type == "cpu"
-    assert policy.text_encoder_device.type == "cpu"
+    assert moves == [(("cpu",), {})] and policy.text_encoder_device.type == "cpu"
     torch.testing.assert_close(policy.encode(["a cat"]).embeds, before.embeds)
-    assert (policy._negative is not None) == policy.uses_negative
+    assert (policy._negative is not None) == policy.uses_negative  # encoded before the encoder left
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_bfloat16_noise_is_the_bfloat16_pipelines(name):
+    """A bf16 pipeline draws its noise in bf16 — other numbers than a float32 draw — so the
+    policy draws in the text encoder's dtype too (then keeps float32 latents)."""
+    pipe = tiny_pipeline(name).to(torch.bfloat16)
+    policy = POLICIES[name].from_pipeline(tiny_pipeline(name), torch_dtype="bfloat16", image_size=(32, 32))
+    h, w = policy.latent_grid()
+    if name == "qwen-image":
+        expected = pipe.prepare_latents(2, 4, 32, 32, torch.bfloat16, "cpu", torch.Generator().manual_seed(0))
+    else:
+        expected, _ = pipe.prepare_latents(2, 1, 32, 32, torch.bfloat16, "cpu", torch.Generator().manual_seed(0))
+    got = policy.initial_noise(2, None, torch.Generator().manual_seed(0))
+    assert got.dtype == torch.float32 and torch.equal(got, expected.float())
+    f32 = tiny_policy(name).initial_noise(2, None, torch.Generator().manual_seed(0))
+    assert not torch.equal(f32, got)
+
+
+def test_identity_names_what_changes_the_trajectories(tmp_path):
+    tiny_pipeline("flux2-klein").save_pretrained(tmp_path)
+    a = POLICIES["flux2-klein"].from_pretrained(tmp_path, image_size=(32, 32))
+    b = POLICIES["flux2-klein"].from_pretrained(tmp_path, image_size=(32, 32), guidance_scale=1.0)
+    assert a.identity.startswith(f"flux2-klein:{tmp_path.resolve()}:") and a.identity != b.identity
+    assert tiny_policy("flux2").identity is None  # built in memory: cast_windows falls back to class + options
 
 
 class _OneProcess:

@@ -3,6 +3,8 @@ the full-batch gradient, a sample's image does not depend on how the batch is cu
 encoded once, ragged conditioning flows through training, non-square images, gradient
 checkpointing, bf16 base weights with a float32 adapter, coarse judge heatmaps."""
 
+import json
+
 import pytest
 import torch
 
@@ -112,16 +114,24 @@ class _EventPolicy(FakePolicy):
 
 
 class _MeasuringSelector:
-    """A measured (once per run) selector that samples its calibration prompts, as
-    clip-curvature does."""
+    """A measured (once per run) selector that samples calibration prompts of its own — one of
+    them not a training prompt — and names them in ``prompts_for``, as clip-curvature does."""
+
+    calibration = ["a calibration circle", "a red circle"]
+
+    def __init__(self):
+        self.seen_policies = []
+
+    def prompts_for(self, policy, prompts):
+        return list(self.calibration)
 
     def select(self, policy, prompts, num_steps):
         from cast_core.sampling import sample
-
-        sample(policy, list(prompts)[:2], num_steps=num_steps, generator=torch.Generator().manual_seed(0))
         from cast_core.types import Window
 
-        return Window(0, 2)
+        self.seen_policies.append(policy)
+        sample(policy, self.calibration, num_steps=num_steps, generator=torch.Generator().manual_seed(0))
+        return Window(1, 3)
 
 
 def test_the_text_encoder_leaves_before_the_transformer_arrives_and_is_not_needed_again(tmp_path, monkeypatch):
@@ -131,15 +141,19 @@ def test_the_text_encoder_leaves_before_the_transformer_arrives_and_is_not_neede
     import cast_core.trainer as trainer_module
 
     events = []
+    selector = _MeasuringSelector()
     monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: _EventPolicy(events, **kw))
-    monkeypatch.setattr(trainer_module, "get_window_selector", lambda name, **kw: _MeasuringSelector())
+    monkeypatch.setattr(trainer_module, "get_window_selector", lambda name, **kw: selector)
     trainer = Trainer(fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"),
                       tmp_path / "r", log=quiet)
     kinds = [e[0] for e in events]
-    assert kinds == ["encode", "offload", "prepare"] and len(events[0][1]) == 3
+    assert kinds == ["encode", "offload", "prepare"]
+    assert set(events[0][1]) == {*trainer.prompts, "a calibration circle"}  # training + calibration prompts
     trainer.run()
     assert [e[0] for e in events[3:]] == []  # neither the window nor the step encoded anything
-    assert trainer.window_for(0, []) == trainer._window and trainer._window.size == 2
+    assert selector.seen_policies == [trainer.policy]  # the policy itself (window caches key on it)
+    assert "encode" not in vars(trainer.policy)  # its own encode is back
+    assert json.loads((tmp_path / "r" / "window.json").read_text())["start"] == 1
 
 
 class RaggedPolicy(FakePolicy):

@@ -91,7 +91,8 @@ def test_captured_rows_equal_eager_attention():
     enc = judge._encode(pil, [question_for(graph.atoms[0]), question_for(graph.atoms[2])])  # two lengths: padding
     assert not bool(enc["attention_mask"].all())
     rows = {}
-    with torch.no_grad(), judge._capture(enc["attention_mask"], rows):
+    last = torch.full((2,), enc["input_ids"].shape[1] - 1)
+    with torch.no_grad(), judge._capture(enc["attention_mask"], last, rows):
         judge.model(**enc)
     judge.model.set_attn_implementation("eager")
     with torch.no_grad():
@@ -105,11 +106,11 @@ def test_captured_rows_equal_eager_attention():
 def test_heatmap_lands_on_the_planted_image_token(size, cell):
     """Plant all attention on the `cell`-th image token (row-major on the merged grid): the map's
     peak must be that cell, at its place in the image, for square and non-square images."""
-    judge = scorer(sink_factor=0, baseline_question=None)
+    judge = scorer(sink_factor=0, baseline_question=None, prefix_reuse=False)  # the prefix path equals it (below)
     real = judge._capture
 
-    def planted(mask, rows):
-        ctx = real(mask, rows)
+    def planted(mask, query, rows):
+        ctx = real(mask, query, rows)
 
         class Plant:
             def __enter__(self):
@@ -143,6 +144,19 @@ def test_heatmap_lands_on_the_planted_image_token(size, cell):
     assert coarse.shape[-2:] == (h, w)
     for m in coarse:
         assert divmod(int(m.flatten().argmax()), w) == (row, col)
+
+
+def test_the_image_prefix_encoded_once_gives_the_same_scores_and_maps():
+    """Prefix reuse (the image's tokens run once into a KV cache, each question against a copy)
+    changes nothing but the cost: scores and heatmaps equal those of whole sequences."""
+    graphs = [DECOMPOSE(p) for p in PROMPTS]
+    imgs = images(4, (48, 32))
+    whole = scorer(prefix_reuse=False, batch_size=5).score(imgs, graphs, heatmaps=True)
+    reused = scorer(prefix_reuse=True, batch_size=3).score(imgs, graphs, heatmaps=True)
+    for a, b in zip(whole.scores, reused.scores):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    for a, b in zip(whole.heatmaps, reused.heatmaps):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=0)
 
 
 def test_sinks_and_the_generic_baseline_are_options():

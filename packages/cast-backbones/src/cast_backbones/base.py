@@ -115,7 +115,20 @@ class DiffusersPolicy:
         self._negative: PromptEmbeds | None = None
         # what window caches key on: the model's location (None for a pipeline built in memory,
         # which cast_windows then identifies by class and options)
-        self.identity = None if path is None else f"{self.name}:{_source(path)}"
+        self._path = None if path is None else _source(path)
+
+    @property
+    def identity(self) -> str | None:
+        """What window caches key on: the model's location and every option that changes the
+        trajectories (guidance, negative prompt, dtype, text length and layers); None for a
+        pipeline built in memory, which cast_windows then identifies by class and options."""
+        if self._path is None:
+            return None
+        options = ",".join(f"{k}={v}" for k, v in sorted(self.identity_options().items()))
+        return f"{self.name}:{self._path}:{options}"
+
+    def identity_options(self) -> dict:
+        return {"dtype": str(self.dtype).removeprefix("torch."), "max_sequence_length": self.max_sequence_length}
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -140,7 +153,13 @@ class DiffusersPolicy:
                                     f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)")
         with warnings.catch_warnings():  # diffusers >= 0.42 renames torch_dtype to dtype; older ones know only torch_dtype
             warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
-            return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
+            try:
+                return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
+            except OSError as err:
+                if Path(source).exists():
+                    raise
+                raise FileNotFoundError(f"{cls.__name__}: {path} is neither a local pipeline directory nor a hub id "
+                                        f"that could be loaded here ({str(err).splitlines()[0]})") from None
 
     @staticmethod
     def default_lora_targets(transformer) -> list[str]:
@@ -190,12 +209,15 @@ class DiffusersPolicy:
 
     def initial_noise(self, n: int, image_size=None, generator: torch.Generator | None = None) -> torch.Tensor:
         """Noise drawn as the pipeline draws it (``randn_tensor`` of its unpacked latent shape on
-        the generator's device, float32), then packed: the same generator gives the same start."""
+        the generator's device, in its dtype), then packed and kept in float32: the same
+        generator gives the same start."""
         h, w = self.latent_grid(image_size)
         shape = self.noise_shape(n, h, w)
         device = generator.device if generator is not None else torch.device("cpu")
-        x = torch.randn(shape, generator=generator, device=device, dtype=torch.float32)
-        return self.pack(x, h, w).to(self.device)
+        # the pipeline draws in its prompt embeddings' dtype (the text encoder's): bf16 draws are
+        # other numbers than float32 draws, so draw in that dtype and only then upcast
+        x = torch.randn(shape, generator=generator, device=device, dtype=self.pipe.text_encoder.dtype)
+        return self.pack(x, h, w).to(self.device, torch.float32)
 
     def noise_shape(self, n: int, h: int, w: int) -> tuple[int, ...]:
         raise NotImplementedError
@@ -205,9 +227,6 @@ class DiffusersPolicy:
 
     # -- text -------------------------------------------------------------------------------------
     def encode(self, prompts: Sequence[str], image_size=None) -> PromptEmbeds:
-        if self.pipe.text_encoder is None:
-            raise RuntimeError(f"{type(self).__name__}: the text encoder was released; encode prompts before "
-                               "offload_text_encoder()")
         with torch.no_grad():
             embeds = self.encode_prompts(list(prompts), self.text_encoder_device)
         return embeds.to(self.device)
@@ -217,9 +236,9 @@ class DiffusersPolicy:
 
     def negative(self, n: int) -> PromptEmbeds:
         """The fixed negative prompt's conditioning, encoded once, as ``n`` rows."""
-        if self._negative is None:
-            self._negative = self.encode([self.negative_prompt])
-        return self._negative.to(self.device).select([0] * n)
+        if self._negative is None or self._negative.embeds.device != self.device:  # encoded or moved once
+            self._negative = self.encode([self.negative_prompt]) if self._negative is None else self._negative.to(self.device)
+        return self._negative.select([0] * n)
 
     negative_prompt: ClassVar[str] = ""
 
@@ -229,10 +248,11 @@ class DiffusersPolicy:
         and the VAE."""
         if self._negative is None and self.uses_negative:
             self.negative(1)
+        was = self.text_encoder_device
         self.pipe.text_encoder.to("cpu")
         self.text_encoder_device = torch.device("cpu")
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        if was.type == "cuda":
+            torch.cuda.empty_cache()  # hand the encoder's memory back before the transformer arrives
 
     uses_negative: ClassVar[bool] = False
 
@@ -279,9 +299,10 @@ class DiffusersPolicy:
 
     # -- sampling -------------------------------------------------------------------------------
     def _timestep(self, sigma: Any, n: int, dtype: torch.dtype) -> torch.Tensor:
-        """``sigma`` as the ``[n]`` timestep the pipeline feeds (its ``t/1000``)."""
-        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
-        return (t.expand(n) if t.ndim == 0 else t.reshape(n)).to(dtype)
+        """``sigma`` as the ``[n]`` timestep the pipeline feeds: its ``t = 1000·σ`` cast to the
+        latents' dtype, then divided by 1000 (in bf16 that rounding differs from casting σ)."""
+        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * 1000
+        return (t.expand(n) if t.ndim == 0 else t.reshape(n)).to(dtype) / 1000
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor, image_size=None) -> torch.Tensor:

@@ -43,6 +43,9 @@ class Flux2Policy(DiffusersPolicy):
 
     default_lora_targets = staticmethod(flux2_targets)
 
+    def identity_options(self) -> dict:
+        return {**super().identity_options(), "guidance_scale": self.guidance_scale, "out_layers": self.out_layers}
+
     def schedule_mu(self, image_seq_len: int, num_steps: int) -> float:
         from diffusers.pipelines.flux2.pipeline_flux2 import compute_empirical_mu
 
@@ -106,7 +109,6 @@ class Flux2KleinPolicy(Flux2Policy):
     name = "flux2-klein"
     pipeline_class_name = "Flux2KleinPipeline"
     default_out_layers = (9, 18, 27)
-    negative_prompt = ""
 
     @property
     def uses_negative(self) -> bool:

@@ -93,6 +93,7 @@ def load_lora(transformer, directory: str | Path) -> None:
     if not path.is_file():
         raise FileNotFoundError(f"no LoRA weights at {path}; expected a directory written by save_adapter "
                                 "(RUN/checkpoints/step-N/adapter)")
+    _check_metadata(transformer, path)
     state = {k.removeprefix("transformer."): v for k, v in load_file(str(path)).items()}
     params = _named_lora(transformer)
     found = {k: tuple(v.shape) for k, v in state.items()}
@@ -104,3 +105,23 @@ def load_lora(transformer, directory: str | Path) -> None:
     for key, param in params.items():
         copy_full_(param, state[key])
 
+
+
+def _check_metadata(transformer, path: Path) -> None:
+    """Refuse an adapter whose rank or alpha differ from this policy's: shapes catch a rank
+    mismatch, but an alpha mismatch would load silently at another strength (scale = alpha / r).
+    Files without diffusers' metadata are checked by shape only."""
+    import json
+
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        raw = (f.metadata() or {}).get("lora_adapter_metadata")
+    if not raw:
+        return
+    meta = {k.removeprefix("transformer."): v for k, v in json.loads(raw).items()}
+    ours = transformer.peft_config["default"]
+    for key, mine in (("r", ours.r), ("lora_alpha", ours.lora_alpha)):
+        if key in meta and float(meta[key]) != float(mine):
+            raise ValueError(f"{path} was trained with {key} = {meta[key]}, this policy has {mine}; build the policy "
+                             f"with the run's lora_rank / lora_alpha (policy_kwargs) to load it")

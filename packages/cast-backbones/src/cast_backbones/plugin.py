@@ -32,7 +32,8 @@ def register_policies(register):
 def _settings(**overrides):
     common = {
         "prompts": "cast_backbones.prompts:train_prompts",
-        "image_size": [512, 512],
+        # the size lives in one place, the policy's default, so the measured window and training
+        # agree (config image_size is left unset and follows it)
         # loaded on the CPU; the text encoder alone visits the GPU to encode every training
         # prompt, leaves (offload_text_encoder), and only then does prepare() bring the transformer
         "policy_kwargs": {"lora_rank": 64, "lora_alpha": 128, "image_size": [512, 512], "device": "cpu",

@@ -37,6 +37,10 @@ class QwenImagePolicy(DiffusersPolicy):
 
     default_lora_targets = staticmethod(qwen_image_targets)
 
+    def identity_options(self) -> dict:
+        return {**super().identity_options(), "true_cfg_scale": self.true_cfg_scale,
+                "negative_prompt": self.negative_prompt}
+
     @property
     def uses_negative(self) -> bool:
         return self.true_cfg_scale > 1

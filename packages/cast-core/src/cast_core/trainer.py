@@ -22,6 +22,7 @@ taken, and every process draws the same prompts and window.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -29,7 +30,7 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -87,13 +88,7 @@ class Trainer:
         self.policy = self._build_policy()
         self.prompts = resolve_prompts(cfg.prompts)
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
-        self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
-                                        device=self.policy_device(), who=f"policy {cfg.policy!r}",
-                                        max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size)
-        if cfg.offload_text_encoder:  # before prepare(): the text encoder leaves before the transformer arrives
-            self._encode_all_then_offload()
-        self.module = self._prepare_policy()
-        self.prompt_cache.device = self.policy_device()
+        # every other component is built (and every cheap check made) before any prompt is encoded
         scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
         self.decomposer = get_atom_decomposer(cfg.decomposer)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
@@ -102,6 +97,13 @@ class Trainer:
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
         self.latent_grid = self.policy.latent_grid(self.image_size)
         self.dist.shard(cfg.prompts_per_step * cfg.group_size)  # fail now, not at the first step
+        self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
+                                        device=self.policy_device(), who=f"policy {cfg.policy!r}",
+                                        max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size)
+        if cfg.offload_text_encoder:  # before prepare(): the text encoder leaves before the transformer arrives
+            self._encode_all_then_offload()
+        self.module = self._prepare_policy()
+        self.prompt_cache.device = self.policy_device()
         self.params = [p for p in self.policy.trainable_parameters()]
         if not self.params:
             raise CastError(f"policy {cfg.policy!r} has no trainable parameters")
@@ -167,13 +169,17 @@ class Trainer:
         """Encode every training prompt, then let the policy release its text encoder — all
         before ``prepare`` moves the transformer to the accelerator, so the two never share it
         (FLUX.2-dev's 48 GB encoder and 64 GB transformer do not fit one 80 GB GPU together).
-        A window measured later reads its prompts from this cache (:meth:`_measured_window`)."""
+        A measured window's calibration prompts (the selector's ``prompts_for``) are encoded
+        too, and the window reads them from this cache (:meth:`_measured_window`)."""
         offload = getattr(self.policy, "offload_text_encoder", None)
         if offload is None:
             raise ConfigError(f"config key 'offload_text_encoder': policy {self.config.policy!r} has no "
                               f"offload_text_encoder(); set offload_text_encoder = false")
-        self.log(f"encoding {len(set(self.prompts))} training prompts before offloading the text encoder")
-        self.prompt_cache.warm(self.prompts)
+        prompts = list(self.prompts)
+        if self.selector is not None and hasattr(self.selector, "prompts_for"):  # what the window will sample
+            prompts += self.selector.prompts_for(self.policy, list(self.prompts))
+        self.log(f"encoding {len(set(prompts))} prompts before offloading the text encoder")
+        self.prompt_cache.warm(prompts)
         offload()
 
     # -- run directory ---------------------------------------------------------------------------
@@ -214,6 +220,18 @@ class Trainer:
             self._window = self._measured_window()
         return self._window
 
+    @contextlib.contextmanager
+    def _encoding_from_cache(self):
+        """The policy's ``encode`` answered from the run's prompt cache while the window is
+        measured: once the text encoder has left the accelerator, the calibration prompts must not
+        be encoded again there (a 24B encoder on the CPU takes minutes a batch). The policy object
+        itself is used, so its identity (what window caches key on) is unchanged."""
+        self.policy.encode = lambda prompts, image_size=None: self.prompt_cache.batch(list(prompts))
+        try:
+            yield
+        finally:
+            del self.policy.encode
+
     def _measured_window(self) -> Window:
         """Select once per run, on the main process, and record it in window.json, so that a
         resumed run keeps the window it started with (even if a selector's cache was cleared in
@@ -224,8 +242,8 @@ class Trainer:
         if self.sharded:  # a sharded policy's forward passes are collectives: every process measures
             measure = self.dist.broadcast_object(record is None)
         if measure:
-            policy = _CachedEncoding(self.policy, self.prompt_cache) if self.config.offload_text_encoder else self.policy
-            window = self.selector.select(policy, list(self.prompts), self.config.num_steps)
+            with self._encoding_from_cache() if self.config.offload_text_encoder else contextlib.nullcontext():
+                window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
             record = {"start": window.start, "size": window.size, "selector": self.config.window,
                       "diagnostics": _jsonable_tree(dict(window.diagnostics))}
             self.files.write_window(record)
@@ -516,17 +534,3 @@ class _Progress:
             self.bar.stop()
         return False
 
-
-class _CachedEncoding:
-    """The policy, with ``encode`` answered from the run's prompt cache: once the text encoder
-    has left the accelerator, a window measured on training prompts must not re-encode them
-    there (a 24B encoder on the CPU takes minutes a batch). Everything else is the policy's."""
-
-    def __init__(self, policy: Any, cache: PromptCache):
-        self._policy, self._cache = policy, cache
-
-    def encode(self, prompts: Sequence[str], image_size: Any = None) -> Any:
-        return self._cache.batch(list(prompts))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._policy, name)

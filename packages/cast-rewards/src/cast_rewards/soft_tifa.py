@@ -72,7 +72,7 @@ class SoftTifaScorer:
                  device: str | None = None, torch_dtype: Any = None, batch_size: int = 16,
                  max_pixels: int | None = 512 * 512, renormalize: bool = False,
                  heatmap_layers: Sequence[float] = (0.5, 0.85), sink_factor: float = 20.0,
-                 baseline_question: str | None = GENERIC_QUESTION):
+                 baseline_question: str | None = GENERIC_QUESTION, prefix_reuse: bool = True):
         if (model is None) != (processor is None):
             raise ValueError("SoftTifaScorer: give both model= and processor=, or neither (then path= is loaded)")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -86,6 +86,7 @@ class SoftTifaScorer:
         if max_pixels is not None:
             _limit_pixels(processor.image_processor, int(max_pixels))
         self.batch_size = int(batch_size)
+        self.prefix_reuse = bool(prefix_reuse)
         self.renormalize = bool(renormalize)
         lo, hi = (float(f) for f in heatmap_layers)
         if not 0.0 <= lo <= hi <= 1.0:
@@ -144,47 +145,97 @@ class SoftTifaScorer:
 
     @torch.no_grad()
     def _run(self, images: Sequence[Any], questions: Sequence[str], maps: bool):
-        """Last-position probabilities ``[n, V]`` (float32) and, if ``maps``, the image-token
-        attention rows ``list[[N_img]]`` with each row's merged grid."""
+        """One row per (image, question): last-position probabilities ``[n, V]`` (float32) and, if
+        ``maps``, each row's attention to its image tokens with the merged grid it lies on. Every
+        image's sequence is encoded whole, left-padded so the answer position is the last column."""
         enc = self._encode(images, questions)
+        n = enc["input_ids"].shape[0]
         rows: dict[int, torch.Tensor] = {}
-        with self._capture(enc["attention_mask"], rows) if maps else contextlib.nullcontext():
+        last = torch.full((n,), enc["input_ids"].shape[1] - 1, device=self.device)
+        with self._capture(enc["attention_mask"], last, rows) if maps else contextlib.nullcontext():
             out = self.model(**enc, logits_to_keep=1)
         probs = out.logits[:, -1].float().softmax(-1)
         if not maps:
             return probs, None
         attn = torch.stack([rows[i] for i in self.band]).mean(0)  # [n, L]: mean over layers (heads already)
-        grids = enc["image_grid_thw"]
-        image_rows = []
-        for r in range(attn.shape[0]):
-            where = enc["input_ids"][r] == self.image_token_id
-            _, gh, gw = (int(v) for v in grids[r])
-            image_rows.append((attn[r][where], (gh // self.merge, gw // self.merge)))
+        image_rows = [(attn[r][enc["input_ids"][r] == self.image_token_id], self._grid(enc["image_grid_thw"][r]))
+                      for r in range(n)]
         return probs, image_rows
 
+    @torch.no_grad()
+    def _run_prefixed(self, image: Any, questions: Sequence[str], maps: bool):
+        """The same rows for one image's questions, with the image encoded once: the shared prefix
+        (``<|im_start|>user`` + the image tokens) runs once into a KV cache, then every question's
+        suffix runs against a copy of it, right-padded, read at its own last token. The text
+        positions continue the prefix's multimodal RoPE (its ``rope_deltas``), as generation does."""
+        import copy
+
+        texts = [self.processor.apply_chat_template(self._messages(image, q), add_generation_prompt=True, tokenize=False)
+                 for q in questions]
+        marker = "<|vision_end|>"
+        cut = texts[0].index(marker) + len(marker)
+        prefix = self.processor(text=[texts[0][:cut]], images=[image], return_tensors="pt").to(self.device)
+        out = self.model(**prefix, use_cache=True)
+        cache, delta = out.past_key_values, self.model.model.rope_deltas
+        self.tokenizer.padding_side = "right"
+        try:
+            suffix = self.tokenizer([t[cut:] for t in texts], return_tensors="pt", padding=True,
+                                    add_special_tokens=False).to(self.device)
+        finally:
+            self.tokenizer.padding_side = "left"
+        k, plen = len(questions), prefix["input_ids"].shape[1]
+        slen = suffix["input_ids"].shape[1]
+        rows_cache = copy.deepcopy(cache)
+        rows_cache.batch_repeat_interleave(k)
+        mask = torch.cat([prefix["attention_mask"].expand(k, -1), suffix["attention_mask"]], 1)
+        positions = (torch.arange(plen, plen + slen, device=self.device) + delta.reshape(-1)[0]).view(1, 1, slen)
+        last = suffix["attention_mask"].sum(1) - 1
+        rows: dict[int, torch.Tensor] = {}
+        with self._capture(mask, last, rows) if maps else contextlib.nullcontext():
+            result = self.model(input_ids=suffix["input_ids"], attention_mask=mask, position_ids=positions.expand(3, k, slen),
+                                **{_cache_argument(self.model): rows_cache}, use_cache=True)
+        probs = result.logits[torch.arange(k, device=self.device), last].float().softmax(-1)
+        if not maps:
+            return probs, None
+        attn = torch.stack([rows[i] for i in self.band]).mean(0)  # [k, plen + slen]
+        where = prefix["input_ids"][0] == self.image_token_id
+        grid = self._grid(prefix["image_grid_thw"][0])
+        return probs, [(attn[r, :plen][where], grid) for r in range(k)]
+
+    def _grid(self, thw: torch.Tensor) -> tuple[int, int]:
+        _, gh, gw = (int(v) for v in thw)
+        return gh // self.merge, gw // self.merge
+
     @contextlib.contextmanager
-    def _capture(self, padding_mask: torch.Tensor, rows: dict[int, torch.Tensor]) -> Iterator[None]:
-        """Hooks on the band's attention modules that recompute the last query row's attention
-        weights (eager attention's arithmetic for that one row), averaged over heads."""
+    def _capture(self, key_mask: torch.Tensor, query: torch.Tensor, rows: dict[int, torch.Tensor]) -> Iterator[None]:
+        """Hooks on the band's attention modules that recompute the attention weights of one
+        query row per sequence (``query[b]``, an index into this pass's tokens) over every key —
+        the cached prefix's too — with eager attention's arithmetic, averaged over heads.
+        ``key_mask`` ``[B, keys]`` marks real keys (padding is masked; the query is each row's
+        last real token, so no real key lies after it)."""
         from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb, repeat_kv
 
         handles = []
+        batch = torch.arange(len(query), device=query.device)
 
         def hook(index):
             def capture(module, args, kwargs, output):
                 hidden = kwargs.get("hidden_states", args[0] if args else None)
                 cos, sin = kwargs.get("position_embeddings", args[1] if len(args) > 1 else None)
-                shape = (*hidden.shape[:-1], -1, module.head_dim)
-                q = module.q_norm(module.q_proj(hidden[:, -1:]).view(hidden.shape[0], 1, -1, module.head_dim))
-                k = module.k_norm(module.k_proj(hidden).view(shape))
-                q, k = q.transpose(1, 2), k.transpose(1, 2)
-                q, _ = apply_rotary_pos_emb(q, q, cos[:, -1:], sin[:, -1:])
-                _, k = apply_rotary_pos_emb(k, k, cos, sin)
+                n = hidden.shape[0]
+                q = module.q_norm(module.q_proj(hidden[batch, query][:, None]).view(n, 1, -1, module.head_dim))
+                q, _ = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), cos[batch, query][:, None],
+                                            sin[batch, query][:, None])
+                cache = kwargs.get("cache", kwargs.get("past_key_values"))
+                if cache is not None:  # the keys the layer attended to: cached prefix + this pass
+                    k = _cached_keys(cache, module.layer_idx)
+                else:
+                    k = module.k_norm(module.k_proj(hidden).view(*hidden.shape[:-1], -1, module.head_dim))
+                    _, k = apply_rotary_pos_emb(k.transpose(1, 2), k.transpose(1, 2), cos, sin)
                 k = repeat_kv(k, module.num_key_value_groups)
-                scores = torch.matmul(q, k.transpose(2, 3)).float() * module.scaling  # [B, H, 1, L]
-                keep = padding_mask[:, None, None, :].bool()
-                scores = scores.masked_fill(~keep, float("-inf"))
-                rows[index] = scores.softmax(-1)[:, :, 0].mean(1)  # [B, L]
+                scores = torch.matmul(q, k.transpose(2, 3)).float() * module.scaling  # [B, H, 1, keys]
+                scores = scores.masked_fill(~key_mask[:, None, None, :].bool(), float("-inf"))
+                rows[index] = scores.softmax(-1)[:, :, 0].mean(1)  # [B, keys]
             return capture
 
         for i in self.band:
@@ -217,26 +268,43 @@ class SoftTifaScorer:
         if len(graphs) != len(images):
             raise ValueError(f"soft-tifa: {len(images)} images for {len(graphs)} scene graphs")
         pil = [_to_pil(img) for img in images]
-        jobs = [(i, k, atom) for i, g in enumerate(graphs) for k, atom in enumerate(g.atoms)]
-        scores = [torch.zeros(len(g.atoms)) for g in graphs]
-        rows: dict[tuple[int, int], tuple[torch.Tensor, tuple[int, int]]] = {}
-        for start in range(0, len(jobs), self.batch_size):
-            chunk = jobs[start:start + self.batch_size]
-            probs, image_rows = self._run([pil[i] for i, _, _ in chunk], [question_for(a) for _, _, a in chunk], heatmaps)
-            for r, (i, k, atom) in enumerate(chunk):
-                scores[i][k] = self._soft_score(probs[r], atom)
-                if heatmaps:
-                    rows[(i, k)] = image_rows[r]
+        jobs = [(i, k, question_for(atom)) for i, g in enumerate(graphs) for k, atom in enumerate(g.atoms)]
+        results = self._ask(pil, jobs, heatmaps)
+        scores = [torch.tensor([self._soft_score(results[(i, k)][0], atom) for k, atom in enumerate(g.atoms)])
+                  for i, g in enumerate(graphs)]
         maps = None
         if heatmaps:
-            baselines = self._baselines(pil) if self.baseline_question else [None] * len(pil)
+            baselines: list = [None] * len(pil)
+            if self.baseline_question:
+                asked = self._ask(pil, [(i, -1, self.baseline_question) for i in range(len(pil))], True)
+                baselines = [self._baseline(asked[(i, -1)][1][0]) for i in range(len(pil))]
             maps = []
             for i, g in enumerate(graphs):
-                h, w = images[i].shape[-2:]
-                per_atom = [self._map(*rows[(i, k)], baselines[i]) for k in range(len(g.atoms))]
+                per_atom = [self._map(*results[(i, k)][1], baselines[i]) for k in range(len(g.atoms))]
                 grid = torch.stack(per_atom) if per_atom else torch.zeros(0, 1, 1)
-                maps.append(_resize(grid, (int(h), int(w))))
-        return AtomScores(graphs=graphs, scores=scores, heatmaps=maps)
+                maps.append(_resize(grid, tuple(int(v) for v in images[i].shape[-2:])))
+        return AtomScores(graphs=graphs, scores=[s.float() for s in scores], heatmaps=maps)
+
+    def _ask(self, pil: list, jobs: list[tuple[int, int, str]], maps: bool) -> dict:
+        """``{(image, key): (probs [V], (image-token row, grid) or None)}`` for ``jobs`` of
+        ``(image index, key, question)``: per image with its prefix encoded once
+        (``prefix_reuse``), or all questions of all images batched as whole sequences."""
+        out: dict = {}
+        if self.prefix_reuse:
+            for i in dict.fromkeys(j[0] for j in jobs):
+                mine = [j for j in jobs if j[0] == i]
+                for start in range(0, len(mine), self.batch_size):
+                    chunk = mine[start:start + self.batch_size]
+                    probs, rows = self._run_prefixed(pil[i], [q for _, _, q in chunk], maps)
+                    for r, (_, key, _) in enumerate(chunk):
+                        out[(i, key)] = (probs[r], rows[r] if maps else None)
+            return out
+        for start in range(0, len(jobs), self.batch_size):
+            chunk = jobs[start:start + self.batch_size]
+            probs, rows = self._run([pil[i] for i, _, _ in chunk], [q for _, _, q in chunk], maps)
+            for r, (i, key, _) in enumerate(chunk):
+                out[(i, key)] = (probs[r], rows[r] if maps else None)
+        return out
 
     def _soft_score(self, probs: torch.Tensor, atom: Atom) -> float:
         mass = float(probs[self._ids(accepted_answers(atom))].sum())
@@ -244,14 +312,6 @@ class SoftTifaScorer:
             no = float(probs[self._ids(NO)].sum())
             mass = mass / max(mass + no, 1e-12)
         return min(max(mass, 0.0), 1.0)
-
-    def _baselines(self, pil: list) -> list[torch.Tensor]:
-        out = []
-        for start in range(0, len(pil), self.batch_size):
-            chunk = pil[start:start + self.batch_size]
-            _, rows = self._run(chunk, [self.baseline_question] * len(chunk), True)
-            out += [self._baseline(row) for row, _ in rows]
-        return out
 
 
 def _limit_pixels(image_processor: Any, max_pixels: int) -> None:
@@ -277,3 +337,16 @@ def _resize(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     out = torch.nn.functional.interpolate(maps[None].float(), size=size, mode="bilinear", align_corners=False)[0]
     out = out.clamp_min(0)
     return out / out.flatten(1).amax(1).clamp_min(1e-12)[:, None, None]  # peak 1 again after interpolation
+
+
+def _cache_argument(model: Any) -> str:
+    """transformers 5 names the KV cache argument ``cache``; 4.x ``past_key_values``."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _cached_keys(cache: Any, layer: int) -> torch.Tensor:
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys
+    return cache.key_cache[layer]  # transformers 4.x DynamicCache
