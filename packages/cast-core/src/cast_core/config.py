@@ -52,6 +52,8 @@ class TrainConfig:
     policy_kwargs: dict = _f(None, "keyword arguments for the policy factory", factory=dict)
     scorer_kwargs: dict = _f(None, "keyword arguments for the scorer factory", factory=dict)
     window_kwargs: dict = _f(None, "keyword arguments for the window selector factory", factory=dict)
+    decomposer_kwargs: dict = _f(None, "keyword arguments for the decomposer factory (e.g. geneval2's data file)",
+                                 factory=dict)
     prompts: Any = _f(None, "training prompts: a list, a text file (one a line), or 'module:callable'", factory=list)
     # -- sampling -----------------------------------------------------------------------------
     num_steps: int = _f(10, "denoising steps per image", low=1, high=1000)

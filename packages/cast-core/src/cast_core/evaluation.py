@@ -38,12 +38,16 @@ def eval_batches(policy, prompts: Sequence[str], *, images_per_prompt: int, num_
 
 def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
              num_steps: int = 10, seed: int = 0, batch_size: int = 64,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int], None] | None = None,
+             atomicity: Callable[[str], int] | None = None) -> dict[str, Any]:
     """``{"am", "gm", "by_atom_count": {k: gm}, "by_skill": {skill: am}, "images", "prompts",
     "per_prompt_gm": [mean GM of each prompt's images, in prompt order], "per_prompt_skill":
     [{skill: mean atom score of that prompt's images}, ...]}`` — the last two so that two
     evaluations with the same prompts and seed can be compared pairwise, overall and skill by
-    skill (:func:`paired_difference`, :func:`paired_skill_differences`)."""
+    skill (:func:`paired_difference`, :func:`paired_skill_differences`). ``atomicity(prompt)``
+    says which atom count a prompt is reported under (GenEval 2's own ``atom_count``, which
+    leaves out the "how many … → one" questions of singular objects); by default the number
+    of atoms in its graph."""
     per_image: list[tuple[int, float, float]] = []
     skills: dict[str, list[float]] = defaultdict(list)
     prompt_skills: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -52,9 +56,10 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
                                              num_steps=num_steps, seed=seed, batch_size=batch_size):
         graphs = [decomposer.decompose(p) for _, p in chunk]
         scores = scorer.score(images, graphs).scores
-        for (i, _), graph, s in zip(chunk, graphs, scores):
+        for (i, prompt), graph, s in zip(chunk, graphs, scores):
             row = [float(x) for x in s]
-            per_image.append((len(graph.atoms), geometric_mean(row), arithmetic_mean(row)))
+            count = atomicity(prompt) if atomicity is not None else len(graph.atoms)
+            per_image.append((count, geometric_mean(row), arithmetic_mean(row)))
             for atom, x in zip(graph.atoms, row):
                 skills[skill_of(atom)].append(x)
                 prompt_skills[i][skill_of(atom)].append(x)

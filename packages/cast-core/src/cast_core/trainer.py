@@ -90,7 +90,7 @@ class Trainer:
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
         # every other component is built (and every cheap check made) before any prompt is encoded
         scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
-        self.decomposer = get_atom_decomposer(cfg.decomposer)
+        self.decomposer = get_atom_decomposer(cfg.decomposer, **cfg.decomposer_kwargs)
         self.projector = _build("advantage_projector", cfg.projector, get_advantage_projector,
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
                                  "heatmap_norm": cfg.heatmap_norm, "atom_credit": cfg.atom_credit})

@@ -1,8 +1,8 @@
 """Entry point of cast-rewards (``[project.entry-points.cast] rewards = "cast_rewards.plugin"``).
 
 Only names and lazy factories live here, so loading the plugin imports nothing heavy.
-Not registered yet (unbuilt): the ``geneval2`` and ``llm`` decomposers, the ``clip-score``,
-``pickscore`` and ``remote`` scorers.
+Not registered yet (unbuilt): the ``llm`` decomposer, the ``clip-score``, ``pickscore`` and
+``remote`` scorers.
 """
 
 from cast_core import hookimpl, lazy
@@ -14,6 +14,11 @@ def register_atom_decomposers(register):
         "template",
         lazy("cast_rewards.template:TemplateDecomposer"),
         description="GenEval 2-style prompts -> scene graphs by grammar (open vocabulary)",
+    )
+    register(
+        "geneval2",
+        lazy("cast_rewards.geneval2:GenEval2Decomposer"),
+        description="GenEval 2's own atoms and questions from your geneval2_data.jsonl (data=FILE), parents inferred",
     )
 
 

@@ -19,8 +19,14 @@ from cast_core.commands.output import emit_json
 @click.option("--images-per-prompt", "-k", default=4, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(1, 1000), help="Sampling steps.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--scorer", default="shapes-oracle", show_default=True, help="Atom scorer.")
-@click.option("--decomposer", default="template", show_default=True, help="Decomposer.")
+@click.option("--benchmark", type=click.Choice(["geneval2"]),
+              help="A benchmark's own prompts and atoms: geneval2 reads --data geneval2_data.jsonl (its questions, "
+                   "its atom counts) and defaults to the soft-tifa judge; the table is GenEval 2's layout.")
+@click.option("--data", "data_file", type=click.Path(dir_okay=False), help="The benchmark's data file (--benchmark).")
+@click.option("--scorer", help="Atom scorer (default: shapes-oracle; soft-tifa with --benchmark geneval2).")
+@click.option("--decomposer", default="template", show_default=True, help="Decomposer (not with --benchmark).")
+@click.option("--set", "sets", multiple=True, metavar="TABLE.KEY=VALUE",
+              help="policy_kwargs.KEY=VALUE or scorer_kwargs.KEY=VALUE (repeatable), e.g. scorer_kwargs.path=DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 @click.option("--grid", type=click.Path(dir_okay=False), help="Also draw the first prompts' images with verdicts here.")
@@ -28,39 +34,55 @@ from cast_core.commands.output import emit_json
               help="A previous `cast eval --out` JSON (same prompts, seed, steps, K): report the paired "
                    "difference to it, overall (GM) and per skill.")
 @policy_opt_option
-def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, scorer, decomposer, as_json, out, grid,
-                 baseline, policy_opts):
+def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, benchmark, data_file, scorer,
+                 decomposer, sets, as_json, out, grid, baseline, policy_opts):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
-    from cast_core.commands.inputs import load_adapter_option, policy_kwargs, read_prompt_file
+    from cast_core.commands.inputs import dotted_kwargs, load_adapter_option, policy_kwargs, read_prompt_file
     from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
-    if bool(suite) == bool(prompt_file):
-        raise click.UsageError("give exactly one of --suite or --prompts")
-    prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
+    atomicity = None
+    if benchmark:
+        if suite or prompt_file or not data_file:
+            raise click.UsageError(f"--benchmark {benchmark} takes its prompts from --data FILE (and no --suite/--prompts)")
+        dec = get_atom_decomposer(benchmark, data=data_file)
+        prompts, atomicity = dec.prompts, (lambda p: dec.record(p).atom_count)
+        scorer = scorer or "soft-tifa"
+    else:
+        if bool(suite) == bool(prompt_file):
+            raise click.UsageError("give exactly one of --suite or --prompts")
+        prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
+        dec = get_atom_decomposer(decomposer)
+        scorer = scorer or "shapes-oracle"
+    tables = {k: [s for s in sets if s.startswith(k + ".")] for k in ("policy_kwargs", "scorer_kwargs")}
+    stray = [s for s in sets if not any(s in v for v in tables.values())]
+    if stray:
+        raise click.UsageError(f"--set {stray[0]}: cast eval takes policy_kwargs.KEY=VALUE or scorer_kwargs.KEY=VALUE")
     digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
     base = _read_baseline(baseline, len(prompts), digest, seed, steps, images_per_prompt) if baseline else None
-    pol = get_policy(policy, **policy_kwargs(policy_opts))
+    pol = get_policy(policy, **policy_kwargs(policy_opts, tables["policy_kwargs"]))
     if adapter:
         load_adapter_option(pol, adapter)
-    judge, dec = get_atom_scorer(scorer), get_atom_decomposer(decomposer)
+    judge = get_atom_scorer(scorer, **dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"))
     from cast_core.commands.progress import progress_bar
 
     with progress_bar("sampling and scoring", len(prompts) * images_per_prompt) as progress:
         result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed,
-                          progress=progress)
+                          progress=progress, atomicity=atomicity)
     if grid:
         from cast_core.evaluation import verdict_grid
 
         verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed).save(grid)
-    result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file, "steps": steps, "seed": seed,
-                   "prompts_digest": digest})
+    result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file or f"{benchmark}:{data_file}",
+                   "steps": steps, "seed": seed, "prompts_digest": digest, "scorer": scorer})
     if base is not None:
         result["vs_baseline"] = {"file": baseline, "gm_difference": paired_difference(base, result),
                                  "skill_differences": paired_skill_differences(base, result)}
     if emit_json(result, out, as_json):
         return
+    if benchmark == "geneval2":
+        _geneval2_table(result)
     click.echo(f"{policy}{' + ' + adapter if adapter else ''} on {result['suite']}: "
                f"GM {result['gm']:.3f}  AM {result['am']:.3f}  ({result['images']} images)")
     click.echo("  by atom count (GM): " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_atom_count"].items()))
@@ -71,6 +93,16 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
         click.echo("  " + difference_line("GM", vs["gm_difference"]))
         for skill, d in vs["skill_differences"].items():
             click.echo("  " + difference_line(skill, d))
+
+
+def _geneval2_table(result: dict) -> None:
+    """GenEval 2's own layout (soft_tifa_analysis.py): Soft-TIFA AM per skill and GM per
+    atomicity, as percentages."""
+    skills = ("object", "attribute", "count", "position", "verb")
+    click.echo("Soft-TIFA AM by skill (%):  " + "  ".join(
+        f"{k} {100 * result['by_skill'][k]:.1f}" if k in result["by_skill"] else f"{k} -" for k in skills))
+    click.echo("Soft-TIFA GM by atomicity (%): " + "  ".join(
+        f"{k}: {100 * v:.1f}" for k, v in sorted(result["by_atom_count"].items(), key=lambda kv: int(kv[0]))))
 
 
 def _read_baseline(path: str, n_prompts: int, digest: str, seed: int, steps: int, k: int) -> dict:
