@@ -2,6 +2,8 @@
 questions batched as whole sequences, and each image's prefix encoded once (KV cache), with and
 without heatmaps — on the tiny random Qwen3-VL (cast_rewards.tiny_vlm), this CPU.
 
+The remote scorer's overhead: the same judge through ``cast serve-scorer`` on loopback vs local.
+
 The tiny judge's vision tower is as small as its language model, so the ratios say what the
 batching and the prefix cache save in *calls and sequence length*; on the real 8B judge, whose
 image prefix (256 tokens at 512²) is most of each sequence, the prefix cache saves more.
@@ -58,9 +60,61 @@ def main() -> None:
         print(f"{key}: {atoms} atoms ({a.images} images of {a.size}x{a.size}), medians of {a.repeats}:")
         for k, v in results[key].items():
             print(f"  {k:26s} {v['atoms_per_s']:8.1f} atoms/s  {v['speedup']:.2f}x one-per-call")
+    results["remote"] = remote_overhead(model, processor, images, graphs, a.repeats)
+    r = results["remote"]
+    print(f"remote (cast serve-scorer on 127.0.0.1) vs local, same judge and batch with heatmaps: "
+          f"local {r['local_s'] * 1e3:.0f} ms, remote {r['remote_s'] * 1e3:.0f} ms, ratio {r['ratio']:.3f}")
     if a.json_path:
         with open(a.json_path, "w") as f:
             json.dump({"atoms": atoms, "images": a.images, "size": a.size, **results}, f, indent=2)
+
+
+def remote_overhead(model, processor, images, graphs, repeats: int) -> dict:
+    """The same soft-tifa judge scored locally and through ``cast serve-scorer`` on loopback
+    (the server loads the judge saved to a temporary directory), interleaved."""
+    import json as _json
+    import subprocess
+    import sys
+    import tempfile
+    import urllib.request
+
+    from cast_core.launch import free_port
+    from cast_rewards.remote import RemoteScorer
+    from cast_rewards.soft_tifa import SoftTifaScorer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        port = free_port()
+        size = int(images.shape[-1]) ** 2
+        server = subprocess.Popen([sys.executable, "-c", "from cast_core.cli import main; main()", "serve-scorer",
+                                   "--scorer", "soft-tifa", "--port", str(port), "--set", f"scorer_kwargs.path={tmp}",
+                                   "--set", 'scorer_kwargs.device="cpu"', "--set", f"scorer_kwargs.max_pixels={size}"],
+                                  stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            for _ in range(600):
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=1) as r:
+                        if _json.loads(r.read())["status"] == "ok":
+                            break
+                except OSError:
+                    time.sleep(0.1)
+            local = SoftTifaScorer(tmp, device="cpu", max_pixels=size)
+            remote = RemoteScorer(url)
+            times: dict[str, list[float]] = {"local": [], "remote": []}
+            for judge in (local, remote):
+                judge.score(images, graphs, heatmaps=True)
+            for _ in range(repeats):
+                for name, judge in (("local", local), ("remote", remote)):
+                    t = time.perf_counter()
+                    judge.score(images, graphs, heatmaps=True)
+                    times[name].append(time.perf_counter() - t)
+        finally:
+            server.kill()
+            server.wait()
+    lo, re_ = statistics.median(times["local"]), statistics.median(times["remote"])
+    return {"local_s": lo, "remote_s": re_, "ratio": re_ / lo}
 
 
 if __name__ == "__main__":

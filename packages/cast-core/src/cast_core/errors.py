@@ -36,3 +36,9 @@ class UnknownComponentError(CastError, KeyError):
 
 class SceneGraphError(CastError, ValueError):
     """A scene graph is malformed; the message names the offending atom or entity."""
+
+
+class ScorerUnavailable(CastError):
+    """The judge cannot be reached (a remote scorer's server is down or silent after its
+    retries). Unlike a scorer failing on one batch, which skips that group, this stops the run:
+    every later group would fail the same way."""

@@ -19,6 +19,7 @@ import torch
 
 from cast_core.aggregate import arithmetic_mean, geometric_mean
 from cast_core.distributed import Distributed
+from cast_core.errors import ScorerUnavailable
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import Rollout
 
@@ -88,6 +89,8 @@ class Judge:
         """One scorer call: (scores [n, K], heatmaps [n, K, H, W] or None, error or None), on the CPU."""
         try:
             out = self.scorer.score(images, [graph] * len(images), heatmaps=heatmaps)
+        except ScorerUnavailable:
+            raise  # no judge at all: stop with its message instead of skipping every group
         except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
             return None, None, f"scorer failed on prompt {prompt!r} ({type(err).__name__}: {err})"
         scores = torch.stack([s.detach().float().cpu() for s in out.scores])

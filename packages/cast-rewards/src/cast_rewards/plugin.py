@@ -1,8 +1,7 @@
 """Entry point of cast-rewards (``[project.entry-points.cast] rewards = "cast_rewards.plugin"``).
 
 Only names and lazy factories live here, so loading the plugin imports nothing heavy.
-Not registered yet (unbuilt): the ``llm`` decomposer, the ``clip-score``, ``pickscore`` and
-``remote`` scorers.
+Not registered yet (unbuilt): the ``clip-score`` and ``pickscore`` scorers.
 """
 
 from cast_core import hookimpl, lazy
@@ -20,6 +19,11 @@ def register_atom_decomposers(register):
         lazy("cast_rewards.geneval2:GenEval2Decomposer"),
         description="GenEval 2's own atoms and questions from your geneval2_data.jsonl (data=FILE), parents inferred",
     )
+    register(
+        "llm",
+        lazy("cast_rewards.llm:LLMDecomposer"),
+        description="a local chat LLM writes the scene graph (path=MODEL); validated, retried once, cached on disk",
+    )
 
 
 @hookimpl
@@ -29,3 +33,15 @@ def register_atom_scorers(register):
         lazy("cast_rewards.soft_tifa:SoftTifaScorer"),
         description="GenEval 2's Soft-TIFA on a Qwen3-VL judge (scorer_kwargs.path), attention heatmaps per atom",
     )
+    register(
+        "remote",
+        lazy("cast_rewards.remote:RemoteScorer"),
+        description="a judge served by `cast serve-scorer` on another GPU or node (scorer_kwargs.url)",
+    )
+
+
+@hookimpl
+def register_commands(cli):
+    from cast_rewards.commands import serve_scorer_command
+
+    cli.add_command(serve_scorer_command)
