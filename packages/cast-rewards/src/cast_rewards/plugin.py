@@ -1,7 +1,8 @@
 """Entry point of cast-rewards (``[project.entry-points.cast] rewards = "cast_rewards.plugin"``).
 
 Only names and lazy factories live here, so loading the plugin imports nothing heavy.
-Not registered yet (unbuilt): the ``clip-score`` and ``pickscore`` scorers.
+``clip-score`` takes its image embeddings from the ``clip`` embedder that cast-windows registers
+(install ``cast-rewards[clip]``).
 """
 
 from cast_core import hookimpl, lazy
@@ -32,6 +33,16 @@ def register_atom_scorers(register):
         "soft-tifa",
         lazy("cast_rewards.soft_tifa:SoftTifaScorer"),
         description="GenEval 2's Soft-TIFA on a Qwen3-VL judge (scorer_kwargs.path), attention heatmaps per atom",
+    )
+    register(
+        "clip-score",
+        lazy("cast_rewards.baselines:ClipScoreScorer"),
+        description="scalar baseline: open_clip image-prompt cosine, one score for every atom (Flow-GRPO comparisons)",
+    )
+    register(
+        "pickscore",
+        lazy("cast_rewards.baselines:PickScoreScorer"),
+        description="scalar baseline: PickScore / 26 from a local checkpoint (path=), as Flow-GRPO normalises it",
     )
     register(
         "remote",
