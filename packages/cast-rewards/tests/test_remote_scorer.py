@@ -109,11 +109,12 @@ def test_a_bad_request_gets_one_line_and_is_not_retried(server):
     assert err.value.read().decode().strip() == "bad request: not a safetensors blob (SafetensorError)"
 
 
-def test_a_dead_server_is_a_clear_error_after_bounded_retries():
+def test_a_server_killed_mid_run_is_a_clear_error_after_bounded_retries():
     proc, url = start_server()
+    judge = RemoteScorer(url, timeout=2, retries=2, backoff=0.05)
+    judge.score(*inputs())  # it was serving
     proc.kill()
     proc.wait()
-    judge = RemoteScorer(url, timeout=2, retries=2, backoff=0.05)
     started = time.monotonic()
     with pytest.raises(ScorerUnavailable, match=f"remote scorer {url} did not answer after 3 tries"):
         judge.score(*inputs())
@@ -133,3 +134,20 @@ def test_training_stops_on_an_unreachable_judge(tmp_path):
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     with pytest.raises(ScorerUnavailable, match="did not answer after 2 tries"):
         trainer.run()
+
+
+class TestRemoteConformance:
+    """The AtomScorer contract, through the wire (the served scorer is left-brightness)."""
+
+    @pytest.fixture(autouse=True)
+    def _url(self, server):
+        self.url = server
+
+    def test_contract(self):
+        from cast_core.testing.conformance import AtomScorerConformance
+
+        kit = AtomScorerConformance()
+        kit.make_scorer = lambda: RemoteScorer(self.url)
+        kit.make_inputs = lambda: inputs()
+        for name in [n for n in dir(kit) if n.startswith("test_")]:
+            getattr(kit, name)()

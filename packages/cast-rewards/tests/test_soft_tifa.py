@@ -217,3 +217,20 @@ def test_cast_score_with_a_saved_judge(tmp_path):
     bad = subprocess.run([sys.executable, "-c", "from cast_core.cli import main; main()", "score", str(tmp_path / "img.png"),
                           "--prompt", "a cat", "--scorer", "soft-tifa", "--set", "path=x"], capture_output=True, text=True)
     assert bad.returncode != 0 and "takes only scorer_kwargs.KEY=VALUE" in bad.stderr
+
+
+def test_a_training_step_with_the_judges_heatmaps(tmp_path):
+    """CAST's spatial projector trained on soft-tifa's per-atom heatmaps: one step of the fake
+    policy with the tiny judge, loaded by name from a saved directory as a run would."""
+    from cast_core.config import TrainConfig
+    from cast_core.trainer import Trainer
+
+    model, processor = tiny_qwen3_vl()
+    model.save_pretrained(tmp_path / "judge")
+    processor.save_pretrained(tmp_path / "judge")
+    cfg = TrainConfig(policy="fake", scorer="soft-tifa", scorer_kwargs={"path": str(tmp_path / "judge"), "device": "cpu"},
+                      decomposer="template", projector="spatial", prompts=["a red cat", "two blue dogs"], group_size=2,
+                      prompts_per_step=2, num_steps=4, window_start=0, window_size=2, steps=1, sample_every=0).validate()
+    trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
+    trainer.run()
+    assert trainer.counters["scorer_failures"] == 0 and trainer.step == 1
