@@ -6,8 +6,9 @@ Endpoints: ``GET /health`` (``{"status": "ok", "scorer": ..., "requests": n, "ba
 safetensors response, or a 4xx with one line of text for a bad request).
 
 Concurrent requests are batched: requests that arrive within ``max_wait_ms`` of each other (up to
-``max_batch`` images, same image size and heatmap flag) go to the scorer in one call, which runs
-in a worker thread so the server keeps accepting requests meanwhile. A judge is many times faster
+``max_batch`` images, same image size and heatmap flag) go to the scorer in one call. The call runs
+on the server's own thread; requests arriving during it wait and form the next batch (``/health``
+answers between calls). A judge is many times faster
 on one batch of 32 images than on eight of 4 — eight trainer processes calling one judge is the
 case this is for.
 """
@@ -75,7 +76,10 @@ class Batcher:
         graphs = [g for p in group for g in p.graphs]
         self.batches += 1
         try:
-            out = await asyncio.to_thread(self.scorer.score, images, graphs, group[0].heatmaps)
+            # on the event loop's own thread, deliberately: torch ran ~1.6x slower in a worker
+            # thread here (a 2-core CPU; two OpenMP pools competing is the likely cause). Requests
+            # that arrive meanwhile wait in the socket's backlog and form the next batch.
+            out = self.scorer.score(images, graphs, group[0].heatmaps)
         except Exception as err:  # noqa: BLE001 - report to every waiting request
             for p in group:
                 if not p.done.done():
