@@ -44,8 +44,11 @@ class ClipScoreScorer:
 
     def __init__(self, model_name: str = "ViT-L-14", pretrained: str | None = "openai", *, model: Any = None,
                  tokenizer: Callable[[list[str]], torch.Tensor] | None = None, device: str | None = None):
-        from cast_core.registry import get_embedder
+        from cast_core.registry import get_embedder, list_components
 
+        if "clip" not in list_components("embedder"):
+            raise ValueError("clip-score embeds images with the 'clip' embedder of cast-windows, which is not installed: "
+                             "pip install cast-windows 'cast-rewards[clip]'")
         self.embedder = get_embedder("clip", model_name=model_name, pretrained=pretrained, model=model, device=device)
         if tokenizer is None:
             import open_clip

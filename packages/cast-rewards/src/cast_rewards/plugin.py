@@ -2,7 +2,8 @@
 
 Only names and lazy factories live here, so loading the plugin imports nothing heavy.
 ``clip-score`` takes its image embeddings from the ``clip`` embedder that cast-windows registers
-(install ``cast-rewards[clip]``).
+(a plugin found at run time through the registry, not an import: install cast-windows and
+``cast-rewards[clip]``).
 """
 
 from cast_core import hookimpl, lazy
