@@ -289,3 +289,18 @@ def test_a_scorer_with_coarse_heatmaps_passes_the_conformance_kit():
     kit = AtomScorerConformance()
     kit.make_scorer = Coarse
     kit.test_heatmaps_cover_the_image_and_are_non_negative()
+
+
+def test_a_selector_without_prompts_for_reaches_the_policys_own_encode(tmp_path, monkeypatch):
+    """A calibration prompt the trainer could not foresee is encoded by the policy itself (here
+    the fake policy's clear 'offloaded' error), not by endless recursion through the cache."""
+    import cast_core.trainer as trainer_module
+
+    class Blind(_MeasuringSelector):
+        prompts_for = None  # the trainer cannot know what it will sample
+
+    monkeypatch.setattr(trainer_module, "get_window_selector", lambda name, **kw: Blind())
+    trainer = Trainer(fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"),
+                      tmp_path / "r", log=quiet)
+    with pytest.raises(RuntimeError, match="offloaded"):
+        trainer.run()

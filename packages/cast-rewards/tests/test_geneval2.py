@@ -87,7 +87,30 @@ def test_cast_eval_benchmark_geneval2_reports_geneval2s_table(tmp_path):
     result = json.loads(out.stdout)
     assert result["prompts"] == 3 and set(result["by_atom_count"]) == {"3", "4"}  # the file's atom_count values
     assert set(result["by_skill"]) == {"object", "count", "attribute", "position", "verb"}
+    assert result["gm"] == pytest.approx(0.5) and all(v == pytest.approx(0.5) for v in result["by_skill"].values())
     table = run()
     assert table.returncode == 0 and "Soft-TIFA AM by skill (%):  object " in table.stdout
-    assert "Soft-TIFA GM by atomicity (%): 3: " in table.stdout
+    assert "Soft-TIFA GM by atomicity (%): 3: 50.0  4: 50.0" in table.stdout
     assert run("--suite", "x").returncode == 2
+
+
+@pytest.mark.parametrize("vqa,skills,message", [
+    ([["How many cups are in the image?", "two"], ["Are there any dogs in the image?", "Yes"]], ["count", "object"],
+     "names 'dogs' but follows the questions about 'cup'"),
+    ([["How many cups are in the image?", "one"], ["Is the cup red?", "No"]], ["count", "attribute"],
+     "is answered 'No'"),
+    ([["How many cups are in the image?", "one"], ["Are there any cups in the image?", "Yes"],
+      ["How many cups are in the image?", "two"], ["Are there any cups in the image?", "Yes"],
+      ["Is the cup left of the cups?", "Yes"]], ["count", "object", "count", "object", "position"],
+     "two objects are called 'cup'"),
+])
+def test_questions_out_of_template_order_or_ambiguous_are_refused(tmp_path, vqa, skills, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "p", "atom_count": 2, "vqa_list": vqa, "skills": skills}) + "\n")
+    with pytest.raises(SceneGraphError, match=message):
+        GenEval2Decomposer(bad).decompose("p")
+
+
+def test_relation_phrases_are_canonical():
+    g = GenEval2Decomposer(DATA).decompose("a wooden chair to the left of two dogs")
+    assert g.atoms[-1].value == "left of"

@@ -151,3 +151,83 @@ class TestRemoteConformance:
         kit.make_inputs = lambda: inputs()
         for name in [n for n in dir(kit) if n.startswith("test_")]:
             getattr(kit, name)()
+
+
+class _Scripted:
+    """A stand-in HTTP server answering POST /score with a fixed status (or never), counting."""
+
+    def __init__(self, status=None, delay=0.0):
+        import http.server
+
+        outer = self
+        self.count = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                outer.count += 1
+                self.rfile.read(int(self.headers["Content-Length"]))
+                time.sleep(delay)
+                self.send_response(status or 200)
+                self.end_headers()
+                self.wfile.write(b"scripted failure\\n")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("status,tries,error", [(422, 1, RuntimeError), (503, 3, ScorerUnavailable)])
+def test_what_is_retried(status, tries, error):
+    """A scorer failure on this request (422) is not retried and skips the group; a restarting
+    server (503) is retried, then stops the run."""
+    fake = _Scripted(status)
+    try:
+        with pytest.raises(error):
+            RemoteScorer(fake.url, timeout=5, retries=2, backoff=0.01).score(*inputs())
+        assert fake.count == tries
+    finally:
+        fake.close()
+
+
+def test_a_silent_server_times_out_once_without_resending():
+    fake = _Scripted(200, delay=3.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ScorerUnavailable, match="did not answer within 0.5 s"):
+            RemoteScorer(fake.url, timeout=0.5, retries=2, backoff=0.01).score(*inputs())
+        assert fake.count == 1 and time.monotonic() - started < 3
+    finally:
+        fake.close()
+
+
+def test_one_bad_request_fails_alone_in_its_batch():
+    import asyncio
+
+    from cast_rewards.serve import Batcher
+
+    class Picky:
+        calls = 0
+
+        def score(self, images, graphs, heatmaps=False):
+            Picky.calls += 1
+            if any(g.prompt == "bad" for g in graphs):
+                raise ValueError("cannot judge 'bad'")
+            return LeftBrightnessScorer().score(images, graphs, heatmaps)
+
+    async def main():
+        batcher = Batcher(Picky(), max_batch=8, max_wait_ms=50)
+        images, graphs = inputs(2)
+        good = batcher.score(images, graphs, False)
+        bad = batcher.score(images[:1], [simple_graph("bad")], False)
+        return await asyncio.gather(good, bad, return_exceptions=True)
+
+    good, bad = asyncio.run(main())
+    assert isinstance(bad, ValueError) and len(good.scores) == 2
+    assert Picky.calls == 3  # the shared call failed, then each request on its own

@@ -39,7 +39,7 @@ def test_soft_score_is_the_first_token_mass_of_generate():
     graphs = [DECOMPOSE(p) for p in PROMPTS]
     imgs = images()
     got = judge.score(imgs, graphs)
-    from cast_rewards.soft_tifa import _to_pil
+    from cast_rewards.images import to_pil as _to_pil
 
     for i, graph in enumerate(graphs):
         for k, atom in enumerate(graph.atoms):
@@ -52,11 +52,12 @@ def test_soft_score_is_the_first_token_mass_of_generate():
             assert abs(float(got.scores[i][k]) - expected) <= 1e-6, (atom.question, expected)
 
 
-def test_batching_and_padding_change_no_score():
+@pytest.mark.parametrize("prefix_reuse", [True, False], ids=["prefix-cache", "whole-left-padded"])
+def test_batching_and_padding_change_no_score(prefix_reuse):
     graphs = [DECOMPOSE(p) for p in PROMPTS]
     imgs = images(1)
-    one = scorer(batch_size=1).score(imgs, graphs)
-    many = scorer(batch_size=16).score(imgs, graphs)
+    one = scorer(batch_size=1, prefix_reuse=prefix_reuse).score(imgs, graphs)
+    many = scorer(batch_size=16, prefix_reuse=prefix_reuse).score(imgs, graphs)
     for a, b in zip(one.scores, many.scores):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     # a different image really changes the scores (the comparison can fail)
@@ -69,7 +70,7 @@ def test_renormalize_divides_by_yes_plus_no():
     graph = DECOMPOSE("a green cat")
     img = images()[:1]
     plain = scorer().score(img, [graph]).scores[0]
-    from cast_rewards.soft_tifa import _to_pil
+    from cast_rewards.images import to_pil as _to_pil
 
     enc = judge._encode([_to_pil(img[0])], [question_for(graph.atoms[0])])
     probs = judge.model(**enc).logits[0, -1].float().softmax(-1)
@@ -85,7 +86,7 @@ def test_captured_rows_equal_eager_attention():
     attention; eager's own output_attentions must agree."""
     judge = scorer()
     graph = DECOMPOSE(PROMPTS[0])
-    from cast_rewards.soft_tifa import _to_pil
+    from cast_rewards.images import to_pil as _to_pil
 
     pil = [_to_pil(images()[0])] * 2
     enc = judge._encode(pil, [question_for(graph.atoms[0]), question_for(graph.atoms[2])])  # two lengths: padding
@@ -216,7 +217,7 @@ def test_cast_score_with_a_saved_judge(tmp_path):
     assert (tmp_path / "maps" / "img.heatmaps.png").is_file()
     bad = subprocess.run([sys.executable, "-c", "from cast_core.cli import main; main()", "score", str(tmp_path / "img.png"),
                           "--prompt", "a cat", "--scorer", "soft-tifa", "--set", "path=x"], capture_output=True, text=True)
-    assert bad.returncode != 0 and "takes only scorer_kwargs.KEY=VALUE" in bad.stderr
+    assert bad.returncode != 0 and "this command takes scorer_kwargs.KEY=VALUE" in bad.stderr
 
 
 def test_a_training_step_with_the_judges_heatmaps(tmp_path):
@@ -234,3 +235,11 @@ def test_a_training_step_with_the_judges_heatmaps(tmp_path):
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     trainer.run()
     assert trainer.counters["scorer_failures"] == 0 and trainer.step == 1
+
+
+def test_max_pixels_fixes_the_number_of_image_tokens():
+    judge = scorer(max_pixels=16 * 16)
+    from cast_rewards.images import to_pil as _to_pil
+
+    enc = judge._encode([_to_pil(torch.rand(3, 64, 64))], ["Is it red?"])
+    assert int((enc["input_ids"] == judge.image_token_id).sum()) == 4  # 16x16 px: 4x4 patches of 4 px, merged 2x2

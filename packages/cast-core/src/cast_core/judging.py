@@ -26,6 +26,9 @@ from cast_core.types import Rollout
 __all__ = ["GroupVerdict", "Judge", "reward_stats"]
 
 
+_UNAVAILABLE = "scorer unavailable: "  # marks a ScorerUnavailable carried through the gather
+
+
 @dataclass
 class GroupVerdict:
     """The verdicts of one whole prompt group (all ranks' members, in member order)."""
@@ -89,8 +92,8 @@ class Judge:
         """One scorer call: (scores [n, K], heatmaps [n, K, H, W] or None, error or None), on the CPU."""
         try:
             out = self.scorer.score(images, [graph] * len(images), heatmaps=heatmaps)
-        except ScorerUnavailable:
-            raise  # no judge at all: stop with its message instead of skipping every group
+        except ScorerUnavailable as err:  # no judge at all: every rank stops after the gather (never one alone)
+            return None, None, _UNAVAILABLE + str(err)
         except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
             return None, None, f"scorer failed on prompt {prompt!r} ({type(err).__name__}: {err})"
         scores = torch.stack([s.detach().float().cpu() for s in out.scores])
@@ -106,6 +109,9 @@ class Judge:
         for rank_parts in self.dist.gather_objects(parts):
             for p, part in rank_parts.items():
                 merged.setdefault(p, []).append(part)
+        unavailable = [e for pieces in merged.values() for _, _, _, e in pieces if e and e.startswith(_UNAVAILABLE)]
+        if unavailable:  # raised on every rank, after the collective, so none waits for the others
+            raise ScorerUnavailable(unavailable[0][len(_UNAVAILABLE):])
         out = {}
         for p, pieces in sorted(merged.items()):
             errors = [e for _, _, _, e in pieces if e]

@@ -176,7 +176,7 @@ class Trainer:
             raise ConfigError(f"config key 'offload_text_encoder': policy {self.config.policy!r} has no "
                               f"offload_text_encoder(); set offload_text_encoder = false")
         prompts = list(self.prompts)
-        if self.selector is not None and hasattr(self.selector, "prompts_for"):  # what the window will sample
+        if self.selector is not None and getattr(self.selector, "prompts_for", None) is not None:  # what the window will sample
             prompts += self.selector.prompts_for(self.policy, list(self.prompts))
         self.log(f"encoding {len(set(prompts))} prompts before offloading the text encoder")
         self.prompt_cache.warm(prompts)
@@ -226,11 +226,14 @@ class Trainer:
         measured: once the text encoder has left the accelerator, the calibration prompts must not
         be encoded again there (a 24B encoder on the CPU takes minutes a batch). The policy object
         itself is used, so its identity (what window caches key on) is unchanged."""
+        original = self.policy.encode  # a prompt not cached is encoded by the policy itself, as before
         self.policy.encode = lambda prompts, image_size=None: self.prompt_cache.batch(list(prompts))
+        self.prompt_cache.encode = lambda prompts: original(prompts, image_size=self.image_size)
         try:
             yield
         finally:
             del self.policy.encode
+            self.prompt_cache.encode = lambda prompts: self.policy.encode(prompts, image_size=self.image_size)
 
     def _measured_window(self) -> Window:
         """Select once per run, on the main process, and record it in window.json, so that a

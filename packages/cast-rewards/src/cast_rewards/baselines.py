@@ -22,6 +22,7 @@ import torch
 
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import AtomScores
+from cast_rewards.images import to_pil
 
 __all__ = ["ClipScoreScorer", "PickScoreScorer", "PICKSCORE_SCALE"]
 
@@ -97,10 +98,7 @@ class PickScoreScorer:
 
     @torch.no_grad()
     def prompt_scores(self, images: torch.Tensor, prompts: Sequence[str], clamp: bool = True) -> torch.Tensor:
-        from PIL import Image
-
-        pil = [Image.fromarray((im.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round()
-                               .astype("uint8")) for im in images]
+        pil = [to_pil(im) for im in images]
         image_in = self.processor(images=pil, return_tensors="pt").to(self.device)
         text_in = self.processor(text=list(prompts), padding=True, truncation=True, max_length=77,
                                  return_tensors="pt").to(self.device)

@@ -10,8 +10,10 @@ parent of its count and attribute atoms, and a relation's parents are both ends'
 
 Atoms keep the file's order and its original questions, so scores line up with GenEval 2's own
 lists. A count question opens a new entity; attribute and existence questions belong to the entity
-opened last; a relation names its two ends by noun (the most recent entity with that noun). A
-line that does not follow these templates is an error naming the file, the line and the question.
+opened last and must name it; a relation names its two ends by noun (an error if two objects share
+it); relation phrases are stored in the template decomposer's canonical form; every non-count
+question must be answered Yes. A line that does not follow these templates is an error naming the
+file, the line and the question.
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from typing import Any
 from cast_core.scene_graph import Atom, Entity, SceneGraph
 from cast_rewards.errors import SceneGraphError
 from cast_rewards.inflection import singularize
+from cast_rewards.lexicon import COUNT_WORDS
 
 __all__ = ["GenEval2Decomposer", "GenEval2Record", "read_geneval2", "graph_from_record"]
 
-NUMBERS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-           "nine": 9, "ten": 10}
+NUMBERS = {w: n for w, n in COUNT_WORDS.items() if w not in ("a", "an")} | {"zero": 0}  # GenEval 2's answer words
 SKILLS = ("object", "count", "attribute", "position", "verb")
 
 _COUNT = re.compile(r"^how many (?P<noun>.+?) are (?:there )?in the image\?$", re.I)
@@ -84,6 +86,9 @@ def _noun(phrase: str) -> str:
 
 
 def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> SceneGraph:
+    from cast_rewards.lexicon import SPATIAL_PHRASES
+
+    canonical = dict(SPATIAL_PHRASES)  # "to the left of" is stored as "left of", as the template decomposer does
     rel_pattern = re.compile(_RELATION.pattern.format(rels="|".join(re.escape(r) for r in
                                                                     sorted(relations, key=len, reverse=True))), re.I)
     entities: list[dict[str, Any]] = []
@@ -92,19 +97,27 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
     def fail(question: str, why: str) -> SceneGraphError:
         return SceneGraphError(f"{record.source}: question {question!r}: {why}")
 
-    def current(question: str) -> dict[str, Any]:
+    def current(question: str, noun: str) -> dict[str, Any]:
+        """The object opened last, which must be the one the question names."""
         if not entities:
             raise fail(question, "comes before any 'How many …' question, so its object is unknown")
+        if entities[-1]["noun"] != _noun(noun):
+            raise fail(question, f"names {noun!r} but follows the questions about {entities[-1]['noun']!r}; "
+                                 "GenEval 2 asks count, attributes and existence of one object in a row")
         return entities[-1]
 
     def by_noun(noun: str, question: str) -> dict[str, Any]:
-        for e in reversed(entities):
-            if e["noun"] == _noun(noun):
-                return e
-        raise fail(question, f"names {noun!r}, which no 'How many …' question introduced")
+        matches = [e for e in entities if e["noun"] == _noun(noun)]
+        if len(matches) > 1:
+            raise fail(question, f"two objects are called {_noun(noun)!r}, so the relation's end is ambiguous")
+        if not matches:
+            raise fail(question, f"names {noun!r}, which no 'How many …' question introduced")
+        return matches[0]
 
     for n, ((question, answer), skill) in enumerate(zip(record.vqa, record.skills), 1):
         aid = f"a{n}"
+        if skill != "count" and answer.strip().lower() != "yes":
+            raise fail(question, f"is answered {answer!r}; GenEval 2's {skill} questions are answered Yes")
         if skill == "count":
             m = _COUNT.match(question)
             if not m or answer.lower() not in NUMBERS:
@@ -116,16 +129,17 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
                           "question": question})
             entity["children"].append(len(atoms) - 1)
         elif skill == "object":
-            if not _EXISTS.match(question):
+            m = _EXISTS.match(question)
+            if not m:
                 raise fail(question, "expected 'Are there any … in the image?'")
-            entity = current(question)
+            entity = current(question, m["noun"])
             entity["exists"] = aid
             atoms.append({"id": aid, "kind": "object", "entity": entity["id"], "question": question})
         elif skill == "attribute":
             m = _ATTRIBUTE.match(question)
             if not m:
                 raise fail(question, "expected 'Is/Are the … {attribute}?'")
-            entity = current(question)
+            entity = current(question, m["noun"])
             atoms.append({"id": aid, "kind": "attribute", "entity": entity["id"], "value": m["attr"].lower(),
                           "question": question})
             entity["children"].append(len(atoms) - 1)
@@ -136,7 +150,8 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
                                      f"{', '.join(relations)}")
             a, b = by_noun(m["a"], question), by_noun(m["b"], question)
             atoms.append({"id": aid, "kind": "relation", "entity": a["id"], "other": b["id"], "skill": skill,
-                          "value": m["rel"].lower(), "question": question, "ends": (a, b)})
+                          "value": canonical.get(m["rel"].lower(), m["rel"].lower()), "question": question,
+                          "ends": (a, b)})
     for e in entities:
         if e["exists"] is None:
             raise SceneGraphError(f"{record.source}: object {e['noun']!r} has no 'Are there any …' question, so its "

@@ -48,8 +48,11 @@ def extract_json(text: str) -> Any:
         for i in range(start, len(text)):
             c = text[i]
             if in_string:
-                escape = (c == "\\") and not escape
-                if c == '"' and not escape:
+                if escape:
+                    escape = False
+                elif c == "\\":
+                    escape = True
+                elif c == '"':
                     in_string = False
                 continue
             if c == '"':
@@ -75,8 +78,11 @@ class LLMDecomposer:
                  model_id: str | None = None):
         if (path is None) == (generate is None):
             raise ValueError("the llm decomposer needs path= (a local chat model, e.g. a Qwen3 instruct) or generate=")
+        if generate is not None and not model_id:
+            raise ValueError("the llm decomposer with generate= needs model_id= (the cache is keyed by it: two "
+                             "models must not share answers)")
         self.generate = generate or _transformers_generate(path, max_new_tokens, device)
-        self.model_id = model_id or (str(path) if path is not None else getattr(generate, "__qualname__", "generate"))
+        self.model_id = model_id or str(path)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else \
             Path.home() / ".cache" / "cast" / "llm-decompositions"
         self.calls = 0  # generate() calls made (tests, logs)
@@ -129,7 +135,8 @@ class LLMDecomposer:
 
     # -- cache -------------------------------------------------------------------------------------------
     def _cache_file(self, prompt: str) -> Path:
-        key = hashlib.sha256(json.dumps([self.model_id, SYSTEM_PROMPT, prompt]).encode()).hexdigest()[:24]
+        # everything the answer depends on: the model, the instructions, the worked example, the prompt
+        key = hashlib.sha256(json.dumps([self.model_id, SYSTEM_PROMPT, EXAMPLE_PROMPT, prompt]).encode()).hexdigest()[:24]
         return self.cache_dir / f"{key}.json"
 
     def _read_cache(self, prompt: str) -> SceneGraph | None:
@@ -142,11 +149,15 @@ class LLMDecomposer:
             return None  # a damaged entry is simply recomputed
 
     def _write_cache(self, prompt: str, graph: SceneGraph) -> None:
+        import os
+        import tempfile
+
         path = self._cache_file(prompt)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(graph.to_json())
-        tmp.replace(path)  # atomic: a crash never leaves half a file
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # unique: processes may write the same key
+        with os.fdopen(fd, "w") as f:
+            f.write(graph.to_json())
+        os.replace(tmp, path)  # atomic: a crash never leaves half a file
 
 
 def _transformers_generate(path: str, max_new_tokens: int, device: str | None) -> Callable[[list[dict]], str]:

@@ -1,15 +1,23 @@
 """The ``remote`` atom scorer: a client of ``cast serve-scorer`` (``scorer_kwargs.url``).
 
-Each ``score`` call is one POST of safetensors bytes (:mod:`cast_rewards.remote_wire`). A server
-that does not answer within ``timeout`` seconds, refuses the connection or answers 5xx is tried
-again ``retries`` more times with ``backoff`` seconds between tries; after that a
-:class:`~cast_core.errors.ScorerUnavailable` stops the run with the URL and the last error — a
-trainer must never hang on a dead judge, nor quietly skip every group. A 4xx (a request the
-server refuses) is not retried: it would be refused again.
+Each ``score`` call is one POST of safetensors bytes (:mod:`cast_rewards.remote_wire`). What
+happens when it goes wrong:
+
+* the connection is refused or reset, or the server answers 502/503/504 (a proxy, a restart):
+  tried again ``retries`` more times, ``backoff`` seconds apart, then
+  :class:`~cast_core.errors.ScorerUnavailable`, which stops a training run with the URL and the
+  last error;
+* no answer within ``timeout`` seconds (each socket operation is bounded by it):
+  ``ScorerUnavailable`` at once — resending would queue the same work again on a server that is
+  still busy with it;
+* a 4xx (a request the server refuses, or a scorer that failed on this request, 422): a plain
+  error, not retried; the trainer skips that group, as it does when a local scorer fails.
 """
 
 from __future__ import annotations
 
+import http.client
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +30,9 @@ from cast_core.scene_graph import SceneGraph
 from cast_core.types import AtomScores
 from cast_rewards.remote_wire import decode_response, encode_request
 
-__all__ = ["RemoteScorer"]
+__all__ = ["RemoteScorer", "RETRYABLE"]
+
+RETRYABLE = (502, 503, 504)  # a proxy or a restarting server: worth another try
 
 
 class RemoteScorer:
@@ -52,11 +62,18 @@ class RemoteScorer:
                     return decode_response(response.read(), graphs)
             except urllib.error.HTTPError as err:
                 detail = err.read().decode(errors="replace").strip()
-                if err.code < 500:
-                    raise ValueError(f"remote scorer {self.url} refused the request ({err.code}): {detail}") from None
+                if err.code not in RETRYABLE:
+                    raise RuntimeError(f"remote scorer {self.url} ({err.code}): {detail}") from None
                 last = f"HTTP {err.code}: {detail}"
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
-                last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
-        raise ScorerUnavailable(f"remote scorer {self.url} did not answer after {self.retries + 1} tries "
-                                f"(timeout {self.timeout:g} s each); last error: {last}. Is `cast serve-scorer` "
-                                "running there?")
+            except (TimeoutError, socket.timeout) as err:
+                raise ScorerUnavailable(f"remote scorer {self.url} did not answer within {self.timeout:g} s "
+                                        f"({err}); raise scorer_kwargs.timeout if the judge is just slow") from None
+            except urllib.error.URLError as err:
+                if isinstance(err.reason, (TimeoutError, socket.timeout)):
+                    raise ScorerUnavailable(f"remote scorer {self.url} did not answer within {self.timeout:g} s "
+                                            "(raise scorer_kwargs.timeout if the judge is just slow)") from None
+                last = f"{type(err.reason).__name__}: {err.reason}"
+            except (ConnectionError, http.client.HTTPException) as err:  # reset or closed mid-answer
+                last = f"{type(err).__name__}: {err}"
+        raise ScorerUnavailable(f"remote scorer {self.url} did not answer after {self.retries + 1} tries; "
+                                f"last error: {last}. Is `cast serve-scorer` running there?")

@@ -6,7 +6,9 @@ Endpoints: ``GET /health`` (``{"status": "ok", "scorer": ..., "requests": n, "ba
 safetensors response, or a 4xx with one line of text for a bad request).
 
 Concurrent requests are batched: requests that arrive within ``max_wait_ms`` of each other (up to
-``max_batch`` images, same image size and heatmap flag) go to the scorer in one call. The call runs
+about ``max_batch`` images — a request is never split, so the last one may overshoot — same image
+size and heatmap flag) go to the scorer in one call; if that call fails, each request is scored on
+its own, so one bad request fails alone. The call runs
 on the server's own thread; requests arriving during it wait and form the next batch (``/health``
 answers between calls). A judge is many times faster
 on one batch of 32 images than on eight of 4 — eight trainer processes calling one judge is the
@@ -80,10 +82,13 @@ class Batcher:
             # thread here (a 2-core CPU; two OpenMP pools competing is the likely cause). Requests
             # that arrive meanwhile wait in the socket's backlog and form the next batch.
             out = self.scorer.score(images, graphs, group[0].heatmaps)
-        except Exception as err:  # noqa: BLE001 - report to every waiting request
-            for p in group:
-                if not p.done.done():
-                    p.done.set_exception(err)
+        except Exception as err:  # noqa: BLE001 - one request's bad input must not fail its batch mates
+            if len(group) > 1:
+                for p in group:  # each on its own: only the request that fails gets the error
+                    await self._call([p])
+                return
+            if not group[0].done.done():
+                group[0].done.set_exception(err)
             return
         start = 0
         for p in group:
@@ -127,8 +132,11 @@ def make_app(scorer: Any, name: str, *, max_batch: int = 32, max_wait_ms: float 
             return PlainTextResponse(f"bad request: {err}\n", status_code=400)
         try:
             out = await batcher.score(images, graphs, heatmaps)
-        except Exception as err:  # noqa: BLE001 - the scorer's own failure, one line
-            return PlainTextResponse(f"scorer {name!r} failed: {type(err).__name__}: {err}\n", status_code=500)
+        except Exception as err:  # noqa: BLE001 - the scorer's own failure on this request, one line
+            # 422, not 5xx: the server works, this request cannot be scored; the client does not
+            # retry it and the trainer skips the group, as it would a local scorer's failure
+            return PlainTextResponse(f"scorer {name!r} failed on this request: {type(err).__name__}: {err}\n",
+                                     status_code=422)
         return Response(encode_response(out), media_type="application/octet-stream")
 
     app = Starlette(routes=[Route("/health", health), Route("/score", score, methods=["POST"])])

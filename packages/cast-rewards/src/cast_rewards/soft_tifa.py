@@ -13,10 +13,11 @@ once (GenEval 2 would add the same probability twice — on Qwen's tokenizer the
 distinct tokens, so nothing changes there), and ``renormalize=True`` divides a yes/no atom's
 mass by yes + no mass (GenEval 2 does not).
 
-**Batching**: every (image, atom) question of a call goes through the model ``batch_size`` at a
-time with left padding, so the answer position is the last column of every row; padding changes
-no score (tested). The image is re-encoded for each of its questions: reusing its prefix through
-a KV cache is not implemented yet.
+**Batching**: with ``prefix_reuse`` (the default) each image's prefix (``<|im_start|>user`` and
+its image tokens) runs once into a KV cache, and its questions run ``batch_size`` at a time against
+copies of it, right-padded and read at their own last token; without it, every (image, atom)
+question of a call goes through the model as a whole sequence, ``batch_size`` at a time, left-padded
+so the answer position is the last column. Neither changes a score (tested).
 
 **Heatmaps** (when asked): the attention from the answer-predicting position (the last prompt
 token) to the image tokens, in the decoder layers of ``heatmap_layers`` (a band given as
@@ -41,12 +42,14 @@ import torch
 
 from cast_core.scene_graph import Atom, SceneGraph
 from cast_core.types import AtomScores
+from cast_rewards.images import to_pil
+from cast_rewards.lexicon import COUNT_WORDS
 
 __all__ = ["SoftTifaScorer", "accepted_answers", "question_for"]
 
 YES = ("Yes", "yes", " yes", " Yes")
 NO = ("No", "no", " no", " No")
-NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+NUMBER_WORDS = {n: w for w, n in COUNT_WORDS.items() if w not in ("a", "an")} | {0: "zero"}  # 3 -> "three"
 SUFFIX = " Answer in one word."
 GENERIC_QUESTION = "Write a general description of the image."
 
@@ -60,7 +63,7 @@ def accepted_answers(atom: Atom) -> tuple[str, ...]:
     if atom.kind != "count":
         return YES
     n = int(atom.value)
-    word = NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
+    word = NUMBER_WORDS.get(n, str(n))
     return (word, word.capitalize(), " " + word, " " + word.capitalize(), str(n), " " + str(n))
 
 
@@ -134,8 +137,7 @@ class SoftTifaScorer:
         return [{"role": "user", "content": [{"type": "image", "image": image}, {"type": "text", "text": question}]}]
 
     def _encode(self, images: Sequence[Any], questions: Sequence[str]) -> dict:
-        texts = [self.processor.apply_chat_template(self._messages(img, q), add_generation_prompt=True, tokenize=False)
-                 for img, q in zip(images, questions)]
+        texts = [self._chat(img, q) for img, q in zip(images, questions)]
         enc = self.processor(text=texts, images=list(images), padding=True, return_tensors="pt")
         return {k: v.to(self.device) if torch.is_tensor(v) else v for k, v in enc.items()}
 
@@ -162,44 +164,52 @@ class SoftTifaScorer:
                       for r in range(n)]
         return probs, image_rows
 
+    def _chat(self, image: Any, question: str) -> str:
+        return self.processor.apply_chat_template(self._messages(image, question), add_generation_prompt=True,
+                                                  tokenize=False)
+
     @torch.no_grad()
-    def _run_prefixed(self, image: Any, questions: Sequence[str], maps: bool):
-        """The same rows for one image's questions, with the image encoded once: the shared prefix
-        (``<|im_start|>user`` + the image tokens) runs once into a KV cache, then every question's
-        suffix runs against a copy of it, right-padded, read at its own last token. The text
-        positions continue the prefix's multimodal RoPE (its ``rope_deltas``), as generation does."""
+    def _prefix(self, image: Any) -> dict:
+        """One image's shared prefix (``<|im_start|>user`` + its image tokens) run once: its KV
+        cache (logits only at the last position: the prefix's own are never read), its tokens and
+        the multimodal RoPE offset the text after it continues from."""
+        text = self._chat(image, "")
+        marker = "<|vision_end|>"
+        cut = text.index(marker) + len(marker)
+        enc = self.processor(text=[text[:cut]], images=[image], return_tensors="pt").to(self.device)
+        out = self.model(**enc, use_cache=True, logits_to_keep=1)
+        return {"enc": enc, "cache": out.past_key_values, "delta": self.model.model.rope_deltas, "cut": cut}
+
+    @torch.no_grad()
+    def _run_prefixed(self, image: Any, prefix: dict, questions: Sequence[str], maps: bool):
+        """Rows for one image's questions against its :meth:`_prefix`: each question's suffix runs
+        against a copy of the cache, right-padded, read at its own last token; the text positions
+        continue the prefix's multimodal RoPE, as generation does."""
         import copy
 
-        texts = [self.processor.apply_chat_template(self._messages(image, q), add_generation_prompt=True, tokenize=False)
-                 for q in questions]
-        marker = "<|vision_end|>"
-        cut = texts[0].index(marker) + len(marker)
-        prefix = self.processor(text=[texts[0][:cut]], images=[image], return_tensors="pt").to(self.device)
-        out = self.model(**prefix, use_cache=True)
-        cache, delta = out.past_key_values, self.model.model.rope_deltas
+        suffixes = [self._chat(image, q)[prefix["cut"]:] for q in questions]
         self.tokenizer.padding_side = "right"
         try:
-            suffix = self.tokenizer([t[cut:] for t in texts], return_tensors="pt", padding=True,
-                                    add_special_tokens=False).to(self.device)
+            suffix = self.tokenizer(suffixes, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         finally:
             self.tokenizer.padding_side = "left"
-        k, plen = len(questions), prefix["input_ids"].shape[1]
-        slen = suffix["input_ids"].shape[1]
-        rows_cache = copy.deepcopy(cache)
-        rows_cache.batch_repeat_interleave(k)
-        mask = torch.cat([prefix["attention_mask"].expand(k, -1), suffix["attention_mask"]], 1)
-        positions = (torch.arange(plen, plen + slen, device=self.device) + delta.reshape(-1)[0]).view(1, 1, slen)
+        enc = prefix["enc"]
+        k, plen, slen = len(questions), enc["input_ids"].shape[1], suffix["input_ids"].shape[1]
+        cache = copy.deepcopy(prefix["cache"])  # the suffix pass appends to it; the prefix serves the next chunk
+        cache.batch_repeat_interleave(k)
+        mask = torch.cat([enc["attention_mask"].expand(k, -1), suffix["attention_mask"]], 1)
+        positions = (torch.arange(plen, plen + slen, device=self.device) + prefix["delta"].reshape(-1)[0]).view(1, 1, slen)
         last = suffix["attention_mask"].sum(1) - 1
         rows: dict[int, torch.Tensor] = {}
         with self._capture(mask, last, rows) if maps else contextlib.nullcontext():
             result = self.model(input_ids=suffix["input_ids"], attention_mask=mask, position_ids=positions.expand(3, k, slen),
-                                **{_cache_argument(self.model): rows_cache}, use_cache=True)
+                                **{_cache_argument(self.model): cache}, use_cache=True)
         probs = result.logits[torch.arange(k, device=self.device), last].float().softmax(-1)
         if not maps:
             return probs, None
         attn = torch.stack([rows[i] for i in self.band]).mean(0)  # [k, plen + slen]
-        where = prefix["input_ids"][0] == self.image_token_id
-        grid = self._grid(prefix["image_grid_thw"][0])
+        where = enc["input_ids"][0] == self.image_token_id
+        grid = self._grid(enc["image_grid_thw"][0])
         return probs, [(attn[r, :plen][where], grid) for r in range(k)]
 
     def _grid(self, thw: torch.Tensor) -> tuple[int, int]:
@@ -267,8 +277,10 @@ class SoftTifaScorer:
         graphs = list(graphs)
         if len(graphs) != len(images):
             raise ValueError(f"soft-tifa: {len(images)} images for {len(graphs)} scene graphs")
-        pil = [_to_pil(img) for img in images]
+        pil = [to_pil(img) for img in images]
         jobs = [(i, k, question_for(atom)) for i, g in enumerate(graphs) for k, atom in enumerate(g.atoms)]
+        if heatmaps and self.baseline_question:  # asked with the atoms, so each image's prefix runs once
+            jobs += [(i, -1, self.baseline_question) for i in range(len(pil))]
         results = self._ask(pil, jobs, heatmaps)
         scores = [torch.tensor([self._soft_score(results[(i, k)][0], atom) for k, atom in enumerate(g.atoms)])
                   for i, g in enumerate(graphs)]
@@ -276,8 +288,7 @@ class SoftTifaScorer:
         if heatmaps:
             baselines: list = [None] * len(pil)
             if self.baseline_question:
-                asked = self._ask(pil, [(i, -1, self.baseline_question) for i in range(len(pil))], True)
-                baselines = [self._baseline(asked[(i, -1)][1][0]) for i in range(len(pil))]
+                baselines = [self._baseline(results[(i, -1)][1][0]) for i in range(len(pil))]
             maps = []
             for i, g in enumerate(graphs):
                 per_atom = [self._map(*results[(i, k)][1], baselines[i]) for k in range(len(g.atoms))]
@@ -293,9 +304,10 @@ class SoftTifaScorer:
         if self.prefix_reuse:
             for i in dict.fromkeys(j[0] for j in jobs):
                 mine = [j for j in jobs if j[0] == i]
+                prefix = self._prefix(pil[i])  # once per image, for all its questions
                 for start in range(0, len(mine), self.batch_size):
                     chunk = mine[start:start + self.batch_size]
-                    probs, rows = self._run_prefixed(pil[i], [q for _, _, q in chunk], maps)
+                    probs, rows = self._run_prefixed(pil[i], prefix, [q for _, _, q in chunk], maps)
                     for r, (_, key, _) in enumerate(chunk):
                         out[(i, key)] = (probs[r], rows[r] if maps else None)
             return out
@@ -316,19 +328,15 @@ class SoftTifaScorer:
 
 def _limit_pixels(image_processor: Any, max_pixels: int) -> None:
     """Fix the judge's image-token count: resize so that H·W ≤ ``max_pixels`` (512² → 256
-    tokens on Qwen3-VL)."""
-    if hasattr(image_processor, "max_pixels"):
-        image_processor.max_pixels = max_pixels
+    tokens on Qwen3-VL). transformers 5 keeps the limit as ``size.longest_edge`` (a SizeDict, in
+    pixels), 4.x as ``max_pixels`` and ``size["longest_edge"]``."""
     size = getattr(image_processor, "size", None)
-    if isinstance(size, dict) and "longest_edge" in size:
+    if isinstance(size, dict):
         size["longest_edge"] = max_pixels
-
-
-def _to_pil(image: torch.Tensor):
-    from PIL import Image
-
-    arr = (image.detach().float().clamp(0, 1).permute(1, 2, 0).cpu().numpy() * 255).round().astype("uint8")
-    return Image.fromarray(arr)
+    elif size is not None and hasattr(size, "longest_edge"):
+        size.longest_edge = max_pixels
+    if "max_pixels" in vars(image_processor):
+        image_processor.max_pixels = max_pixels
 
 
 def _resize(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

@@ -26,7 +26,8 @@ from cast_core.commands.output import emit_json
 @click.option("--scorer", help="Atom scorer (default: shapes-oracle; soft-tifa with --benchmark geneval2).")
 @click.option("--decomposer", default="template", show_default=True, help="Decomposer (not with --benchmark).")
 @click.option("--set", "sets", multiple=True, metavar="TABLE.KEY=VALUE",
-              help="policy_kwargs.KEY=VALUE or scorer_kwargs.KEY=VALUE (repeatable), e.g. scorer_kwargs.path=DIR.")
+              help="policy_kwargs. / scorer_kwargs. / decomposer_kwargs.KEY=VALUE (repeatable), e.g. "
+                   "scorer_kwargs.path=DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 @click.option("--grid", type=click.Path(dir_okay=False), help="Also draw the first prompts' images with verdicts here.")
@@ -38,27 +39,25 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
                  decomposer, sets, as_json, out, grid, baseline, policy_opts):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
-    from cast_core.commands.inputs import dotted_kwargs, load_adapter_option, policy_kwargs, read_prompt_file
+    from cast_core.commands.inputs import dotted_kwargs, load_adapter_option, policy_kwargs, read_prompt_file, split_sets
     from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
+    tables = split_sets(sets, ("policy_kwargs", "scorer_kwargs", "decomposer_kwargs"))
     atomicity = None
     if benchmark:
         if suite or prompt_file or not data_file:
             raise click.UsageError(f"--benchmark {benchmark} takes its prompts from --data FILE (and no --suite/--prompts)")
-        dec = get_atom_decomposer(benchmark, data=data_file)
+        dec = get_atom_decomposer(benchmark, data=data_file,
+                                  **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs"))
         prompts, atomicity = dec.prompts, (lambda p: dec.record(p).atom_count)
         scorer = scorer or "soft-tifa"
     else:
         if bool(suite) == bool(prompt_file):
             raise click.UsageError("give exactly one of --suite or --prompts")
         prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
-        dec = get_atom_decomposer(decomposer)
+        dec = get_atom_decomposer(decomposer, **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs"))
         scorer = scorer or "shapes-oracle"
-    tables = {k: [s for s in sets if s.startswith(k + ".")] for k in ("policy_kwargs", "scorer_kwargs")}
-    stray = [s for s in sets if not any(s in v for v in tables.values())]
-    if stray:
-        raise click.UsageError(f"--set {stray[0]}: cast eval takes policy_kwargs.KEY=VALUE or scorer_kwargs.KEY=VALUE")
     digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
     base = _read_baseline(baseline, len(prompts), digest, seed, steps, images_per_prompt) if baseline else None
     pol = get_policy(policy, **policy_kwargs(policy_opts, tables["policy_kwargs"]))

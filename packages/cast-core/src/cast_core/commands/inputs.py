@@ -70,6 +70,20 @@ def policy_kwargs(policy_opts, sets=()) -> dict:
     return dotted_kwargs(sets, "policy_kwargs", kwargs)
 
 
+def split_sets(sets, tables: tuple[str, ...]) -> dict[str, list[str]]:
+    """``--set`` items sorted by the dict option they address; an item for any other key is a
+    usage error naming the ones this command takes."""
+    import click
+
+    out: dict[str, list[str]] = {t: [] for t in tables}
+    for item in sets:
+        table = item.split(".", 1)[0]
+        if table not in out or "." not in item.split("=", 1)[0]:
+            raise click.UsageError(f"--set {item}: this command takes {' or '.join(t + '.KEY=VALUE' for t in tables)}")
+        out[table].append(item)
+    return out
+
+
 def dotted_kwargs(sets, table: str, base: dict | None = None) -> dict:
     """The ``table`` dict (``policy_kwargs``, ``scorer_kwargs``) from ``--set table.KEY=VALUE``
     items, merged into ``base`` as a training config merges them (nested keys by further dots)."""
