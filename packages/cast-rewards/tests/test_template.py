@@ -131,8 +131,9 @@ TABLE = [
     ("an image of two bananas next to a bowl in the picture",
      [("banana", 2, []), ("bowl", 1, [])], [(0, "next to", 1, P)]),
     # open vocabulary: hyphenated and unknown words are fine
-    ("a one-eyed purple t-shirt", [("t-shirt", 1, ["one-eyed", "purple"])]),
-    ("two left shoes", [("shoe", 2, ["left"])]),
+    # a modifier outside the attribute lexicon is part of a compound noun, never an attribute
+    ("a one-eyed purple t-shirt", [("one-eyed t-shirt", 1, ["purple"])]),
+    ("two left shoes", [("left shoe", 2, [])]),
 ]
 
 

@@ -50,7 +50,9 @@ def _settings(**overrides):
 
 @hookimpl
 def register_recipes(register):
-    parts = {"scorer": "soft-tifa", "decomposer": "template", "projector": "spatial", "window": "clip-curvature"}
+    # auto: the template grammar where it reads a prompt, else an LLM (decomposer_kwargs.llm_path), else
+    # one prompt-level atom; metrics.jsonl counts which
+    parts = {"scorer": "soft-tifa", "decomposer": "auto", "projector": "spatial", "window": "clip-curvature"}
     register("flux2", Recipe(policy="flux2", **parts, settings=_settings(num_steps=8, eta=0.9),
                              description="CAST on FLUX.2-dev: --set policy_kwargs.path=DIR (one 80 GB GPU or more)"))
     register("flux2-klein", Recipe(policy="flux2-klein", **parts, settings=_settings(num_steps=8, eta=0.9),

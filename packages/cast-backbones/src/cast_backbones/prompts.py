@@ -40,26 +40,34 @@ def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
-def _one(rng: random.Random, color: str | None = None) -> str:
-    noun = rng.choice(sorted(OBJECTS))
+def _one(rng: random.Random, color: str | None = None, noun: str | None = None) -> str:
+    noun = noun or rng.choice(sorted(OBJECTS))
     words = f"{color} {noun}" if color else noun
     return f"{_article(words)} {words}"
+
+
+def _two(rng: random.Random, colors: tuple[str | None, str | None] = (None, None)) -> tuple[str, str]:
+    """Two objects of different kinds: two of one noun make ambiguous count and attribute questions."""
+    a, b = rng.sample(sorted(OBJECTS), 2)
+    return _one(rng, colors[0], a), _one(rng, colors[1], b)
 
 
 def _prompt(rng: random.Random, task: str) -> str:
     if task == "single_object":
         return f"a photo of {_one(rng)}"
     if task == "two_object":
-        return f"a photo of {_one(rng)} and {_one(rng)}"
+        a, b = _two(rng)
+        return f"a photo of {a} and {b}"
     if task == "counting":
         noun = rng.choice(sorted(n for n, p in OBJECTS.items() if p != n))
         return f"a photo of {rng.choice(_COUNTS)} {OBJECTS[noun]}"
     if task == "colors":
         return f"a photo of {_one(rng, rng.choice(COLORS))}"
     if task == "position":
-        return f"a photo of {_one(rng)} {rng.choice(RELATIONS)} {_one(rng)}"
-    first, second = rng.sample(COLORS, 2)
-    return f"a photo of {_one(rng, first)} and {_one(rng, second)}"
+        a, b = _two(rng)
+        return f"a photo of {a} {rng.choice(RELATIONS)} {b}"
+    a, b = _two(rng, tuple(rng.sample(COLORS, 2)))
+    return f"a photo of {a} and {b}"
 
 
 TASKS = ("single_object", "two_object", "counting", "colors", "position", "color_attr")

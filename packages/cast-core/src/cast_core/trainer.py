@@ -370,6 +370,9 @@ class Trainer:
         elapsed = time.perf_counter() - t0
         metrics.update({"step_time_s": elapsed, "images_per_s": images / elapsed,
                         "peak_memory_mb": _peak_memory_mb(self.policy_device()), **self.counters})
+        decomposition = getattr(self.decomposer, "stats", None)
+        if callable(decomposition):  # how the run's prompts were decomposed so far (the auto decomposer's paths)
+            metrics.update({f"decomposed_{path.replace('-', '_')}": n for path, n in decomposition().items()})
         if self.dist.active:
             metrics["processes"] = self.dist.world
             # this process's payload in cast's collectives this step, plus the gradient sync (DDP's

@@ -161,7 +161,15 @@ def pluralize(word: str) -> str:
     """The plural of a singular noun, for question text: ``"box"`` → ``"boxes"``.
 
     The inverse of :func:`singularize` on the nouns it knows (``singularize(pluralize(w)) == w``).
+    A compound pluralizes its head: ``"teddy bear"`` → ``"teddy bears"``, ``"cup of coffee"`` →
+    ``"cups of coffee"``.
     """
+    if " of " in word:
+        head, content = word.split(" of ", 1)
+        return f"{pluralize(head)} of {content}"
+    if " " in word:
+        *modifiers, head = word.split(" ")
+        return " ".join([*modifiers, pluralize(head)])
     if _is_invariant(word):
         return word
     if word in IRREGULAR_PLURALS:

@@ -135,7 +135,12 @@ class Lexicon:
     is already known with a different skill or canonical form is an error, not a silent override.
     """
 
-    def __init__(self, verbs: PhraseSpec = None, relations: PhraseSpec = None) -> None:
+    def __init__(self, verbs: PhraseSpec = None, relations: PhraseSpec = None,
+                 attributes: Iterable[str] | None = None) -> None:
+        from cast_rewards.noun_phrases import ATTRIBUTES
+
+        #: words read as attribute atoms (cast_rewards.noun_phrases.ATTRIBUTES plus ``attributes``)
+        self.attributes = ATTRIBUTES | {str(a).lower() for a in (attributes or ())}
         self._phrases: dict[tuple[str, ...], RelationMatch] = {}
         for phrase, canonical in SPATIAL_PHRASES.items():
             self._add(phrase, canonical, "position", "spatial")

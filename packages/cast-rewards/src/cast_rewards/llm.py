@@ -75,7 +75,7 @@ class LLMDecomposer:
 
     def __init__(self, path: str | None = None, *, generate: Callable[[list[dict]], str] | None = None,
                  cache_dir: str | Path | None = None, max_new_tokens: int = 1024, device: str | None = None,
-                 model_id: str | None = None):
+                 model_id: str | None = None, fallback: bool = True):
         if (path is None) == (generate is None):
             raise ValueError("the llm decomposer needs path= (a local chat model, e.g. a Qwen3 instruct) or generate=")
         if generate is not None and not model_id:
@@ -86,6 +86,7 @@ class LLMDecomposer:
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else \
             Path.home() / ".cache" / "cast" / "llm-decompositions"
         self.calls = 0  # generate() calls made (tests, logs)
+        self.fallback = bool(fallback)  # False: raise instead of using the template (the auto decomposer decides)
         self._template: Any = None
 
     # -- the conversation ----------------------------------------------------------------------------
@@ -129,6 +130,9 @@ class LLMDecomposer:
                 continue
             self._write_cache(prompt, graph)
             return graph
+        if not self.fallback:
+            raise SceneGraphError(f"llm decomposer ({self.model_id}): no valid scene graph for {prompt!r} after a "
+                                  f"retry ({error})")
         warnings.warn(f"llm decomposer ({self.model_id}): no valid scene graph for {prompt!r} after a retry "
                       f"({error}); using the template decomposer", stacklevel=2)
         return self._fallback().decompose(prompt)

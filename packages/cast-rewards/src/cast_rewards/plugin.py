@@ -22,6 +22,11 @@ def register_atom_decomposers(register):
         description="GenEval 2's own atoms and questions from your geneval2_data.jsonl (data=FILE), parents inferred",
     )
     register(
+        "auto",
+        lazy("cast_rewards.auto:AutoDecomposer"),
+        description="template when it parses, else llm (llm_path=MODEL), else one prompt-level atom; path kept per prompt",
+    )
+    register(
         "llm",
         lazy("cast_rewards.llm:LLMDecomposer"),
         description="a local chat LLM writes the scene graph (path=MODEL); validated, retried once, cached on disk",

@@ -12,15 +12,19 @@ Accepted grammar (matching is case-insensitive; the graph keeps the prompt strin
     suffix    := "in the image" | "in the picture"
     separator := "," | "and" | "," "and"
     chain     := phrase (relation phrase)*
-    phrase    := count attribute* noun         (attribute and noun: any word)
+    phrase    := count (attribute | modifier)* noun   (attribute: the lexicon's; see below)
     count     := "a" | "an" | "one" | "two" | … | "ten"
     relation  := a spatial or verb phrase of the lexicon
 
-- A noun phrase is a count word followed by one or more words; the **last word is the noun** and
-  every word before it is an attribute, in prompt order ("two big shiny red circles" → noun
-  ``circle``, count 2, attributes big, shiny, red). The vocabulary is open: any word is accepted
-  as an adjective or a noun. A noun phrase ends at a comma, "and", a relation phrase, another
-  count word or the end. A repeated attribute is kept once.
+- A noun phrase is a count word followed by one or more words, read strictly
+  (:mod:`cast_rewards.noun_phrases`): a word of the attribute lexicon (colour, material, size,
+  shape, texture, pattern) is an attribute; any other modifier is part of a compound noun with the
+  last word ("two big shiny red sport bikes" → noun ``sport bike``, count 2, attributes big, shiny,
+  red); "a cup of X" is one container noun; known multiword nouns ("hot air balloon") stay whole;
+  function words, possessives, pronouns, -ing verb forms, degree words before an attribute and
+  mass nouns are refused, naming the word — an atom is never made of a word whose role is unknown.
+  A noun phrase ends at a comma, "and", a relation phrase, another count word or the end. A
+  repeated attribute is kept once. ``distinct_nouns=True`` also refuses two objects with one noun.
 - The noun is stored as its singular lemma: when the count is above one it is singularized
   (``circles`` → ``circle``, ``mice`` → ``mouse``, ``sheep`` → ``sheep``); with a count of one
   it is kept as written (lower-cased), so singular nouns ending in -s ("glass", "bus") survive.
@@ -45,14 +49,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from cast_core.errors import SceneGraphError
 from cast_core.scene_graph import SceneGraph
 
 from cast_rewards.errors import PromptParseError
 from cast_rewards.graphs import NounPhrase, Relation, build_graph
-from cast_rewards.inflection import singularize
 from cast_rewards.lexicon import Lexicon, PhraseSpec, RelationMatch
+from cast_rewards.noun_phrases import UnplacedWord, read_noun_phrase
 
 __all__ = ["TemplateDecomposer", "parse_prompt", "Token", "tokenize"]
 
@@ -230,10 +235,13 @@ class _Parser:
                 first, last,
                 f"expected a noun after the count word {self.words[first]!r}, found {found}",
             )
-        words = self.words[first + 1:self.pos]
-        noun = words[-1] if count == 1 else singularize(words[-1])
-        attributes = tuple(dict.fromkeys(words[:-1]))
-        self.phrases.append(NounPhrase(noun, count, attributes))
+        try:
+            read = read_noun_phrase(self.words[first + 1:self.pos], count, self.lex.attributes)
+        except UnplacedWord as err:
+            k = first + 1 + err.index
+            raise self._fail(k, k, f"cannot place {self.words[k]!r} in the noun phrase "
+                                   f"{self._text(first, self.pos - 1)!r}: {err}") from None
+        self.phrases.append(NounPhrase(read.noun, count, read.attributes))
         self._phrase_starts.append(first)
         return len(self.phrases) - 1
 
@@ -297,10 +305,27 @@ class TemplateDecomposer:
 
     name = "template"
 
-    def __init__(self, verbs: PhraseSpec = None, relations: PhraseSpec = None) -> None:
-        self.lexicon = Lexicon(verbs=verbs, relations=relations)
+    def __init__(self, verbs: PhraseSpec = None, relations: PhraseSpec = None,
+                 attributes: Iterable[str] | None = None, distinct_nouns: bool = False) -> None:
+        self.lexicon = Lexicon(verbs=verbs, relations=relations, attributes=attributes)
+        self.distinct_nouns = bool(distinct_nouns)
 
     def decompose(self, prompt: str) -> SceneGraph:
-        """The DESIGN §3.1 scene graph of ``prompt``, with GenEval 2 questions on every atom."""
+        """The DESIGN §3.1 scene graph of ``prompt``, with GenEval 2 questions on every atom.
+
+        With ``distinct_nouns`` a prompt naming two objects by the same noun ("a red box next to a
+        blue box") is refused: its count questions ("How many boxes…?" → one, twice) and
+        attribute questions ("Is the box red?") cannot tell the two apart. The shapes world keeps
+        the default (its oracle scores such atoms by object), the ``auto`` decomposer refuses."""
         phrases, relations = parse_prompt(prompt, self.lexicon)
+        if self.distinct_nouns:
+            nouns = [p.noun for p in phrases]
+            twice = next((n for n in nouns if nouns.count(n) > 1), None)
+            if twice is not None:
+                raise SceneGraphError(f"prompt {_cut(prompt)!r} names two objects {twice!r}: GenEval-style count and "
+                                      "attribute questions cannot tell them apart")
         return build_graph(prompt, phrases, relations)
+
+
+def _cut(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
