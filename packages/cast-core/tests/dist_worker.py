@@ -55,6 +55,9 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
         return real_update(rollout, rows, ids, advantages, kept)
 
     trainer.update = spy
+    decomposed = []
+    real_decompose = trainer.decomposer.decompose
+    trainer.decomposer.decompose = lambda prompt: decomposed.append(prompt) or real_decompose(prompt)
     last = trainer.run()
     adapter = [full_tensor(p.detach()).tolist() for p in trainer.params]  # collective when sharded
     ema = [full_tensor(e).tolist() for e in trainer.ema] if trainer.ema is not None else None
@@ -63,6 +66,7 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     record["last"] = {k: v for k, v in last.items() if isinstance(v, (int, float))}
     record["adapter"], record["ema"] = adapter, ema
     record["window_measurements"] = ProbeSelector.calls
+    record["decomposed"] = decomposed
     Path(out, f"rank{record['rank']}.json").write_text(json.dumps(record))
 
 

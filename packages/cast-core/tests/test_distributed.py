@@ -63,6 +63,8 @@ def test_two_processes_train_as_one(tmp_path, overrides):
     one = run_workers(tmp_path, 1, overrides, "one")
     two = run_workers(tmp_path, 2, overrides, "two")
     assert [r["world"] for r in two] == [2, 2]
+    # the scene graphs are decomposed once, on rank 0, and shared: each prompt once in the whole run
+    assert two[1]["decomposed"] == [] and len(two[0]["decomposed"]) == len(set(two[0]["decomposed"])) > 0
     # 12 samples a step: rank 0 holds (0,0)..(1,1), rank 1 (1,2)..(2,3) — group 1 is split
     assert two[0]["steps"][0]["ids"][-1] == [1, 1] and two[1]["steps"][0]["ids"][0] == [1, 2]
     for step in range(3):

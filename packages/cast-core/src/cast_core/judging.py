@@ -19,7 +19,7 @@ import torch
 
 from cast_core.aggregate import arithmetic_mean, geometric_mean
 from cast_core.distributed import Distributed
-from cast_core.errors import ScorerUnavailable
+from cast_core.errors import SceneGraphError, ScorerUnavailable
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import Rollout
 
@@ -88,6 +88,25 @@ class Judge:
             self.graphs[prompt] = self.decomposer.decompose(prompt)
         return self.graphs[prompt]
 
+    def share_graphs(self, prompts: Sequence[str]) -> None:
+        """Decompose the step's new prompts once, on rank 0, and give every rank the same graphs:
+        an LLM decomposer is neither run once per process nor allowed to answer two processes
+        differently. Every rank calls this with the same prompts (a collective)."""
+        if not self.dist.active:
+            return
+        new = [p for p in dict.fromkeys(prompts) if p not in self.graphs]
+        shared = None
+        if self.dist.is_main:
+            try:
+                shared = {p: self.graph(p).to_dict() for p in new}
+            except SceneGraphError as err:  # every rank raises it, none waits in the broadcast
+                shared = {"__error__": str(err)}
+        shared = self.dist.broadcast_object(shared)
+        if "__error__" in shared:
+            raise SceneGraphError(shared["__error__"])
+        for p, data in shared.items():
+            self.graphs.setdefault(p, SceneGraph.from_dict(data))
+
     def _score(self, prompt: str, images: torch.Tensor, graph: SceneGraph, heatmaps: bool):
         """One scorer call: (scores [n, K], heatmaps [n, K, H, W] or None, error or None), on the CPU."""
         try:
@@ -134,6 +153,7 @@ class Judge:
         """Verdicts on the final images for every group the scorer could judge (identical on
         every rank). Heatmaps come along when the projector uses final-image maps."""
         final_maps = self.needs_maps and not self.maps_from_x0
+        self.share_graphs(prompts)
         parts = {}
         for p in sorted({p for p, _ in rollout.sample_ids}):
             rows = local_rows(rollout, p)
