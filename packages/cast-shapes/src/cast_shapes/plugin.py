@@ -63,7 +63,7 @@ def register_recipes(register):
             "prompts": "cast_shapes.suites:train_prompts",
             # the two steps ending at the measured formation point: the shapes-scene similarity
             # settles (>= 0.9) at step 7 of 10, within one step of the oracle's own ground truth
-            # (README, "Window validation"); earlier steps' x̂0 is too blurry to point at objects
+            # (docs/results.md, "Window validation"); earlier steps' x̂0 is too blurry to point at objects
             "window_kwargs": {"embedder": "shapes-scene", "method": "settle", "window_size": 2},
             # maps from x̂0 before the window, not from the final image (docs/shapes-rl.md)
             "heatmap_source": "x0",

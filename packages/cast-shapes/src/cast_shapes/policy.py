@@ -163,7 +163,7 @@ class ShapesPolicy:
     # -- extras -----------------------------------------------------------------------------------
     #: What `cast window --policy shapes` measures with unless told otherwise: the oracle's scene
     #: as discrete facts and the settle rule — the pair whose formation point agrees with the
-    #: oracle ground truth (README, "Window validation"); the shapes *recipe* keeps its own
+    #: oracle ground truth (docs/results.md, "Window validation"); the shapes *recipe* keeps its own
     #: window settings (cast_shapes.plugin).
     window_defaults = {"embedder": "shapes-scene", "method": "settle", "level": 0.9}
 

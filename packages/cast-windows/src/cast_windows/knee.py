@@ -43,7 +43,7 @@ The exact rule (:func:`find_knee`), in order:
    see. Why it exists: the shapes world's scene similarity (``shapes-scene``) tracks the oracle's
    verdict agreement step by step, and both rise almost linearly; the maximal-curvature point of
    a nearly straight curve is wherever noise puts the flattest stretch, far before the
-   settling step (README, "Window validation"). The flat-curve fallback applies; ``min_bend``
+   settling step (docs/results.md, "Window validation"). The flat-curve fallback applies; ``min_bend``
    does not (a straight curve settles too).
 6. **No bend.** If the best ``ŷ_i - x_i`` is below ``min_bend`` (default 0.05 — a straight or convex
    curve that rises without flattening; for ``"curvature"``: no concave point), fallback.
