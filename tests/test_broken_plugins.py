@@ -56,3 +56,19 @@ def test_duplicate_component_names_both_providers(fake_install):
     assert out.returncode == 1
     assert "scorer 'constant' is registered twice" in out.stderr
     assert "cast-core" in out.stderr and "dup-cast-plugin" in out.stderr
+
+
+def test_a_plugin_calling_sys_exit_at_import_is_skipped_with_a_line(fake_install):
+    path = fake_install("exiting-cast-plugin", "import sys\nsys.exit(3)\n", "exiting")
+    out = run_cast("plugins", "--json", extra_path=path)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    (failure,) = json.loads(out.stdout)["failed"]
+    assert failure["distribution"] == "exiting-cast-plugin" and failure["error"] == "SystemExit: 3"
+
+
+def test_cast_load_plugins_naming_nothing_installed_is_one_line():
+    out = run_cast("plugins", env={"CAST_LOAD_PLUGINS": "cast-shapes,cast-shpaes"})
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "CAST_LOAD_PLUGINS names cast-shpaes, which no installed distribution provides" in out.stderr

@@ -28,3 +28,17 @@ def test_decompose_json_matches_the_design_contract():
         "id": "a7", "kind": "relation", "entity": "e1", "value": "left of", "other": "e2",
         "skill": "position", "parents": ["a1", "a4"], "question": "Are the circles left of the square?",
     }
+
+
+def test_heatmaps_of_two_images_with_one_stem_are_both_kept(tmp_path):
+    prompt = "two red circles left of a blue square"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        assert run_cast("shapes", "render", prompt, "--out", str(tmp_path / d / "scene.png")).returncode == 0
+    out = run_cast("score", str(tmp_path / "a" / "scene.png"), str(tmp_path / "b" / "scene.png"), "--prompt", prompt,
+                   "--json", "--heatmaps", str(tmp_path / "maps"))
+    assert out.returncode == 0, out.stderr
+    written = [json.loads(line)["heatmaps"] for line in out.stdout.splitlines()]
+    assert len(set(written)) == 2 and sorted(p.name for p in (tmp_path / "maps").iterdir()) == \
+        ["scene-2.heatmaps.png", "scene.heatmaps.png"]

@@ -37,3 +37,13 @@ def test_bad_dotted_keys_say_what_is_wrong(item, message):
     cfg = TrainConfig().update({"policy_kwargs": {"a": 1}}, "recipe")
     with pytest.raises(ConfigError, match=message):
         cfg.update(parse_set([item]), "--set")
+
+
+def test_window_keys_a_selector_would_ignore_are_refused():
+    """With a window selector (the recipes' default) window_start / window_size do nothing: say so."""
+    with pytest.raises(ConfigError, match="window_size and window_start would be ignored: this run.s window comes "
+                                          "from the 'random' selector \\(recipe 'flow-grpo'\\)"):
+        build_config("flow-grpo", "fake", None, None, None, None, None, ["window_start=1", "window_size=3"], None)
+    cfg = build_config("flow-grpo", "fake", None, None, None, None, None,
+                       ["window=none", "window_start=1", "window_size=3"], None)
+    assert (cfg.window, cfg.window_start, cfg.window_size) == (None, 1, 3)  # without the selector they apply

@@ -110,6 +110,12 @@ def load_plugins() -> None:
 
     allowed = _allowed_distributions()
     eps = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (_dist_name(e), e.name))
+    if allowed:
+        installed = {normalize_distribution(_dist_name(ep)) for ep in eps}
+        unknown = sorted(allowed - installed)
+        if unknown:  # a typo here would otherwise load nothing, in silence
+            raise PluginLoadError(f"CAST_LOAD_PLUGINS names {', '.join(unknown)}, which no installed distribution "
+                                  f"provides; installed: {', '.join(sorted(installed))}")
     for ep in eps:
         dist, version = _dist_name(ep), _dist_version(ep)
         if allowed is not None and normalize_distribution(dist) not in allowed:
@@ -117,7 +123,7 @@ def load_plugins() -> None:
         source = PluginSource(dist, version, ep.name)
         try:
             _register(ep.load(), f"{dist}:{ep.name}", source)
-        except Exception as err:  # noqa: BLE001 - any import-time error must not kill the CLI
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - not even sys.exit() at import may end `cast` silently
             record_failure(PluginFailure(ep.name, dist, version, f"{type(err).__name__}: {err}"), err)
 
 

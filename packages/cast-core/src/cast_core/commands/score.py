@@ -33,6 +33,7 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
     graph = get_atom_decomposer(decomposer, **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs")).decompose(prompt)
     judge = get_atom_scorer(scorer, **dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"))
     want_maps = heatmap_dir is not None
+    written: set[str] = set()  # a.png and b/a.png both give maps: the second must not overwrite the first
     for path in images:
         image = load_image(path)
         out = judge.score(image[None], [graph], heatmaps=want_maps)
@@ -50,7 +51,7 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
         if want_maps:
             from cast_core.viz import heatmap_grid
 
-            target = Path(heatmap_dir) / f"{Path(path).stem}.heatmaps.png"
+            target = _unique(Path(heatmap_dir), Path(path).stem, written)
             target.parent.mkdir(parents=True, exist_ok=True)
             heatmap_grid(image, out.heatmaps[0], graph, torch.tensor(scores)).save(target)
             record["heatmaps"] = str(target)
@@ -58,6 +59,15 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
             click.echo(json.dumps(record))
         else:
             _print_record(record)
+
+
+def _unique(directory: Path, stem: str, written: set[str]) -> Path:
+    name, n = f"{stem}.heatmaps.png", 1
+    while name in written:
+        n += 1
+        name = f"{stem}-{n}.heatmaps.png"
+    written.add(name)
+    return directory / name
 
 
 def _print_record(record: dict) -> None:

@@ -26,12 +26,25 @@ def build_config(plugin, policy, scorer, window, decomposer, projector, config_f
         cfg.update({k: v for k, v in parts.items() if v is not None}, f"recipe {name!r}")
         cfg.update(dict(recipe.settings), f"recipe {name!r}")
         cfg.recipe = name
+    user: set[str] = set()  # keys the user set (file or --set), to refuse those the run would ignore
     if config_file:
-        cfg.update(load_toml(config_file), str(config_file))
-    cfg.update(parse_set(list(sets)), "--set")
+        values = load_toml(config_file)
+        cfg.update(values, str(config_file))
+        user |= set(values)
+    values = parse_set(list(sets))
+    cfg.update(values, "--set")
+    user |= {k.split(".")[0] for k in values}
     flags = {"policy": policy, "scorer": scorer, "window": window, "decomposer": decomposer,
              "projector": projector, "steps": steps}
     cfg.update({k: v for k, v in flags.items() if v is not None}, "command line")
+    ignored = sorted(user & {"window_start", "window_size"})
+    if ignored and cfg.window is not None:
+        from cast_core.config import ConfigError
+
+        raise ConfigError(f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
+                          f"{cfg.window!r} selector{f' (recipe {name!r})' if name else ''}. Set it through "
+                          f"window_kwargs (e.g. --window fixed --set window_kwargs.start=2 --set window_kwargs.size=2), "
+                          "or drop the selector with --set window=none")
     return cfg.validate()
 
 
