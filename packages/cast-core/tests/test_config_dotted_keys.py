@@ -2,6 +2,7 @@
 entries the recipe gave it (the backbone recipes set LoRA rank, devices and sizes there)."""
 
 import pytest
+import torch
 
 from cast_core.commands.train import build_config
 from cast_core.config import ConfigError, TrainConfig, parse_set
@@ -47,3 +48,58 @@ def test_window_keys_a_selector_would_ignore_are_refused():
     cfg = build_config("flow-grpo", "fake", None, None, None, None, None,
                        ["window=none", "window_start=1", "window_size=3"], None)
     assert (cfg.window, cfg.window_start, cfg.window_size) == (None, 1, 3)  # without the selector they apply
+
+
+def test_a_huge_seed_range_is_refused_before_it_is_built():
+    import click
+
+    from cast_core.commands.inputs import MAX_SEEDS, parse_seed_list
+
+    assert parse_seed_list("0-4,777", "--seeds") == [0, 1, 2, 3, 4, 777]
+    with pytest.raises(click.BadParameter, match=f"more than {MAX_SEEDS} seeds"):
+        parse_seed_list("0-1000000000", "--seeds")
+
+
+class _Scores:
+    """A scorer returning what a test needs."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def score(self, images, graphs, heatmaps=False):
+        from cast_core.types import AtomScores
+
+        h, w = images.shape[-2:]
+        return AtomScores(graphs=list(graphs), scores=[self.make(len(g.atoms)) for g in graphs],
+                          heatmaps=[torch.ones(len(g.atoms), h, w) for g in graphs] if heatmaps else None)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda k: torch.full((k,), 16.5), r"scores outside \[0, 1\] \(from 16.5 to 16.5\)"),
+    (lambda k: torch.full((k,), -0.2), r"scores outside \[0, 1\]"),
+    (lambda k: torch.zeros(k + 1), r"scores shaped \(3,\) for 2 atoms"),
+])
+def test_a_scorer_breaking_its_contract_stops_the_run_by_name(tmp_path, monkeypatch, make, message):
+    import cast_core.trainer as trainer_module
+    from cast_core.errors import ScorerContractError
+    from cast_core.trainer import Trainer
+
+    monkeypatch.setattr(trainer_module, "get_atom_scorer", lambda name, **kw: _Scores(make))
+    cfg = TrainConfig(policy="fake", scorer="x", decomposer="fake", prompts=["a red circle"], group_size=2,
+                      prompts_per_step=1, num_steps=4, window_start=0, window_size=2, steps=1, sample_every=0).validate()
+    with pytest.raises(ScorerContractError, match="scorer _Scores returned " + message):
+        Trainer(cfg, tmp_path / "r", log=lambda m: None).run()
+
+
+def test_a_run_whose_every_update_was_skipped_exits_non_zero(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import cast_core.trainer as trainer_module
+    from cast_core.cli import cli
+
+    monkeypatch.setattr(trainer_module, "get_atom_scorer", lambda name, **kw: _Scores(lambda k: torch.full((k,), float("nan"))))
+    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--window", "none", "--policy", "fake", "--decomposer",
+                                   "fake", "--set", 'prompts=["a red circle"]', "--set", "group_size=2", "--set",
+                                   "prompts_per_step=1", "--set", "num_steps=4", "--steps", "2", "--set", "sample_every=0",
+                                   "--out", str(tmp_path / "r")])
+    assert out.exit_code == 1 and "every one of the 2 update(s) was skipped" in out.output

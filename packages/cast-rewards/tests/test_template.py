@@ -320,3 +320,12 @@ class TestTemplateConformance(AtomDecomposerConformance):
 
     def make_decomposer(self):
         return TemplateDecomposer()
+
+
+def test_errors_quote_a_long_prompt_cut():
+    from cast_core.errors import SceneGraphError
+
+    prompt = "a red cat " + "with " * 5000
+    with pytest.raises(SceneGraphError) as err:
+        TemplateDecomposer().decompose(prompt)
+    assert len(str(err.value)) < 600 and f"({len(prompt)} characters)" in str(err.value)

@@ -42,3 +42,9 @@ class ScorerUnavailable(CastError):
     """The judge cannot be reached (a remote scorer's server is down or silent after its
     retries). Unlike a scorer failing on one batch, which skips that group, this stops the run:
     every later group would fail the same way."""
+
+
+class ScorerContractError(PluginError):
+    """A scorer returned what the AtomScorer contract forbids (scores outside [0, 1], a score
+    count that does not match the scene graph's atoms, heatmaps of the wrong shape). A plugin
+    bug, so the run stops and names the scorer instead of training on nonsense."""

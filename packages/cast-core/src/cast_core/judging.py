@@ -19,7 +19,7 @@ import torch
 
 from cast_core.aggregate import arithmetic_mean, geometric_mean
 from cast_core.distributed import Distributed
-from cast_core.errors import SceneGraphError, ScorerUnavailable
+from cast_core.errors import SceneGraphError, ScorerContractError, ScorerUnavailable
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import Rollout
 
@@ -27,6 +27,7 @@ __all__ = ["GroupVerdict", "Judge", "reward_stats"]
 
 
 _UNAVAILABLE = "scorer unavailable: "  # marks a ScorerUnavailable carried through the gather
+_CONTRACT = "scorer contract: "  # marks a ScorerContractError carried through the gather
 
 
 @dataclass
@@ -115,11 +116,35 @@ class Judge:
             return None, None, _UNAVAILABLE + str(err)
         except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
             return None, None, f"scorer failed on prompt {prompt!r} ({type(err).__name__}: {err})"
+        broken = self._contract_violation(out, images, graph, heatmaps)
+        if broken:  # a plugin bug: every rank stops after the gather, naming the scorer
+            return None, None, _CONTRACT + broken
         scores = torch.stack([s.detach().float().cpu() for s in out.scores])
         if not torch.isfinite(scores).all():
             return None, None, f"non-finite scores for prompt {prompt!r}"
         maps = torch.stack([h.detach().float().cpu() for h in out.heatmaps]) if heatmaps else None
         return scores, maps, None
+
+    def _contract_violation(self, out: Any, images: torch.Tensor, graph: SceneGraph, heatmaps: bool) -> str | None:
+        """What the scorer's answer breaks of the AtomScorer contract, or None. NaN is not a
+        violation here: it keeps its own guard (the group is skipped and counted)."""
+        name = type(self.scorer).__name__
+        k = len(graph.atoms)
+        if len(out.scores) != len(images):
+            return f"scorer {name} returned {len(out.scores)} score rows for {len(images)} images"
+        for s in out.scores:
+            if tuple(s.shape) != (k,):
+                return f"scorer {name} returned scores shaped {tuple(s.shape)} for {k} atoms of {graph.prompt!r}"
+            finite = s[torch.isfinite(s)]
+            if len(finite) and (float(finite.min()) < -1e-6 or float(finite.max()) > 1 + 1e-6):
+                return (f"scorer {name} returned scores outside [0, 1] (from {float(finite.min()):.4g} to "
+                        f"{float(finite.max()):.4g}) for {graph.prompt!r}; atom scores are probabilities")
+        if heatmaps:
+            for h in out.heatmaps or [None] * len(images):
+                if h is None or h.ndim != 3 or h.shape[0] != k:
+                    shape = None if h is None else tuple(h.shape)
+                    return f"scorer {name} returned heatmaps shaped {shape}, expected [{k}, H, W]"
+        return None
 
     def _gather(self, parts: dict[int, tuple]) -> dict[int, tuple[torch.Tensor | None, torch.Tensor | None, list[str]]]:
         """Merge every rank's ``{group: (member ids, scores, maps, error)}`` into whole groups:
@@ -128,9 +153,10 @@ class Judge:
         for rank_parts in self.dist.gather_objects(parts):
             for p, part in rank_parts.items():
                 merged.setdefault(p, []).append(part)
-        unavailable = [e for pieces in merged.values() for _, _, _, e in pieces if e and e.startswith(_UNAVAILABLE)]
-        if unavailable:  # raised on every rank, after the collective, so none waits for the others
-            raise ScorerUnavailable(unavailable[0][len(_UNAVAILABLE):])
+        fatal = [e for pieces in merged.values() for _, _, _, e in pieces if e and e.startswith((_UNAVAILABLE, _CONTRACT))]
+        if fatal:  # raised on every rank, after the collective, so none waits for the others
+            error = ScorerUnavailable if fatal[0].startswith(_UNAVAILABLE) else ScorerContractError
+            raise error(fatal[0].split(": ", 1)[1])
         out = {}
         for p, pieces in sorted(merged.items()):
             errors = [e for _, _, _, e in pieces if e]

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from cast_core.errors import SceneGraphError
 from cast_core.scene_graph import Atom, Entity, SceneGraph
+from cast_rewards.errors import cut
 
 __all__ = ["AutoDecomposer", "prompt_level_graph", "PATHS"]
 
@@ -63,7 +64,7 @@ class AutoDecomposer:
                 except SceneGraphError:
                     graph = None
             if graph is None:
-                warnings.warn(f"auto decomposer: {_cut(prompt)!r} is outside the template grammar "
+                warnings.warn(f"auto decomposer: {cut(prompt)!r} is outside the template grammar "
                               f"({template_error}){'' if self.llm else ' and no llm is configured'}; "
                               "scored as one prompt-level atom", stacklevel=2)
                 graph, path = prompt_level_graph(prompt), "prompt-level"
@@ -78,6 +79,3 @@ class AutoDecomposer:
         counts = Counter(self.paths.values())
         return {p: counts.get(p, 0) for p in PATHS}
 
-
-def _cut(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"

@@ -25,8 +25,13 @@ class PromptParseError(SceneGraphError):
         self.span = prompt[start:end]
         self.reason = reason
         super().__init__(
-            f"cannot read {self.span!r} in prompt {prompt!r} (position {start}): {reason}"
+            f"cannot read {cut(self.span)!r} in prompt {cut(prompt)!r} (position {start}): {reason}"
         )
+
+
+def cut(text: str, limit: int = 120) -> str:
+    """Quoted input in one line: a 5,000-word prompt must not become a 25 KB error message."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 class LexiconError(CastError, ValueError):

@@ -54,7 +54,7 @@ from typing import Iterable
 from cast_core.errors import SceneGraphError
 from cast_core.scene_graph import SceneGraph
 
-from cast_rewards.errors import PromptParseError
+from cast_rewards.errors import PromptParseError, cut
 from cast_rewards.graphs import NounPhrase, Relation, build_graph
 from cast_rewards.lexicon import Lexicon, PhraseSpec, RelationMatch
 from cast_rewards.noun_phrases import UnplacedWord, read_noun_phrase
@@ -240,7 +240,7 @@ class _Parser:
         except UnplacedWord as err:
             k = first + 1 + err.index
             raise self._fail(k, k, f"cannot place {self.words[k]!r} in the noun phrase "
-                                   f"{self._text(first, self.pos - 1)!r}: {err}") from None
+                                   f"{cut(self._text(first, self.pos - 1))!r}: {err}") from None
         self.phrases.append(NounPhrase(read.noun, count, read.attributes))
         self._phrase_starts.append(first)
         return len(self.phrases) - 1
@@ -322,10 +322,7 @@ class TemplateDecomposer:
             nouns = [p.noun for p in phrases]
             twice = next((n for n in nouns if nouns.count(n) > 1), None)
             if twice is not None:
-                raise SceneGraphError(f"prompt {_cut(prompt)!r} names two objects {twice!r}: GenEval-style count and "
+                raise SceneGraphError(f"prompt {cut(prompt)!r} names two objects {twice!r}: GenEval-style count and "
                                       "attribute questions cannot tell them apart")
         return build_graph(prompt, phrases, relations)
 
-
-def _cut(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"

@@ -113,6 +113,9 @@ def load_adapter_option(policy, directory: str, option: str = "--adapter") -> No
             "policy_kwargs as --policy-opt KEY=VALUE if it used non-default ones.", param_hint=option) from None
 
 
+MAX_SEEDS = 10_000
+
+
 def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
     """``"0,1,2"`` or ``"0-9,777"`` -> the seeds in order: at least ``minimum`` distinct
     non-negative integers (``a-b`` is the inclusive range), or a usage error on ``option`` that
@@ -132,6 +135,9 @@ def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
         if last < first:
             raise click.BadParameter(f"{value!r}: the range {piece!r} runs backwards; write {last}-{first}",
                                      param_hint=option)
+        if len(seeds) + last - first + 1 > MAX_SEEDS:  # before building the list: 0-1000000000 must not OOM
+            raise click.BadParameter(f"{value!r} names more than {MAX_SEEDS} seeds; each seed is a full "
+                                     "evaluation, so give fewer", param_hint=option)
         seeds += range(first, last + 1)
     if len(seeds) < minimum or len(set(seeds)) != len(seeds):
         need = "at least two distinct seeds (the error bar is over seeds)" if minimum > 1 else "distinct seeds"

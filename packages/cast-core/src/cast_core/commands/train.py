@@ -97,10 +97,15 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
         cfg = build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps)
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
     trainer = Trainer(cfg.validate(), run_dir, resume=bool(resume_dir))
+    first, skipped_before = trainer.step, trainer.counters["skipped_updates"]
     last = trainer.run()
     trainer.close()
     if not trainer.dist.is_main:
         return
+    ran, skipped = trainer.step - first, trainer.counters["skipped_updates"] - skipped_before
+    if ran and skipped == ran:  # nothing was learned: a run that "succeeds" like this hides a broken judge
+        raise click.ClickException(f"every one of the {ran} update(s) was skipped (no group could be scored, or "
+                                   f"non-finite advantages); see {run_dir}/metrics.jsonl 'skipped' and the log above")
     click.echo(f"run directory: {run_dir}")
     if last:
         click.echo(f"step {trainer.step}: reward GM {last.get('reward_gm', float('nan')):.4f} "
