@@ -206,3 +206,13 @@ def test_the_text_encoder_has_its_own_device():
     assert next(policy.transformer.parameters()).device.type == "cpu"
     policy.prepare(_OneProcess())
     assert next(policy.pipe.text_encoder.parameters()).device.type == "meta"  # prepare leaves it where it is
+
+
+def test_a_typo_in_policy_kwargs_is_caught_through_the_options_chain():
+    """The policies pass **options up to DiffusersPolicy; the trainer's check follows them."""
+    from cast_core.config import ConfigError
+    from cast_core.trainer import check_factory_kwargs
+
+    with pytest.raises(ConfigError, match="takes no argument 'lora_rnk'. Did you mean 'lora_rank'"):
+        check_factory_kwargs("policy", "flux2", {"path": "x", "lora_rnk": 4}, "policy_kwargs")
+    check_factory_kwargs("policy", "qwen-image", {"path": "x", "true_cfg_scale": 1.0, "lora_rank": 4}, "policy_kwargs")

@@ -103,3 +103,38 @@ def test_a_run_whose_every_update_was_skipped_exits_non_zero(tmp_path, monkeypat
                                    "prompts_per_step=1", "--set", "num_steps=4", "--steps", "2", "--set", "sample_every=0",
                                    "--out", str(tmp_path / "r")])
     assert out.exit_code == 1 and "every one of the 2 update(s) was skipped" in out.output
+
+
+def test_resume_changes_only_how_long_and_how_often(tmp_path):
+    from click.testing import CliRunner
+
+    from cast_core.cli import cli
+
+    run = tmp_path / "r"
+    base = ["train", "--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness",
+            "--decomposer", "fake", "--set", 'prompts=["a red circle"]', "--set", "group_size=2", "--set",
+            "prompts_per_step=1", "--set", "num_steps=4", "--set", "sample_every=0", "--set", "checkpoint_every=1"]
+    assert CliRunner().invoke(cli, [*base, "--steps", "2", "--out", str(run)]).exit_code == 0
+    config = (run / "config.toml").read_text()
+    for sets, message in ((["--set", "seed=5"], "--resume cannot change seed"),
+                          (["--set", "policy_kwargs.seed=1"], "--resume cannot change policy_kwargs.seed"),
+                          (["--steps", "2"], "is already at step 2; give --steps above 2")):
+        out = CliRunner().invoke(cli, ["train", "--resume", str(run), *sets])
+        assert out.exit_code == 2 and message in out.output, out.output
+    assert (run / "config.toml").read_text() == config  # nothing was rewritten
+    out = CliRunner().invoke(cli, ["train", "--resume", str(run), "--steps", "3", "--set", "log_every=1"])
+    assert out.exit_code == 0, out.output
+
+
+def test_a_typo_in_a_factory_option_fails_before_anything_is_built(tmp_path):
+    from cast_core.trainer import Trainer
+
+    cfg = TrainConfig(policy="fake", scorer="constant", decomposer="fake", prompts=["a red circle"], group_size=2,
+                      prompts_per_step=1, num_steps=4, window_start=0, window_size=2, steps=1,
+                      policy_kwargs={"sed": 1}).validate()
+    with pytest.raises(ConfigError, match="config key 'policy_kwargs': policy 'fake' takes no argument 'sed'. "
+                                          "Did you mean 'seed'\\? It accepts: "):
+        Trainer(cfg, tmp_path / "r", log=lambda m: None)
+    cfg.policy_kwargs, cfg.scorer_kwargs = {}, {"valeu": 0.3}
+    with pytest.raises(ConfigError, match="config key 'scorer_kwargs': atom scorer 'constant' takes no argument 'valeu'"):
+        Trainer(cfg, tmp_path / "r2", log=lambda m: None)

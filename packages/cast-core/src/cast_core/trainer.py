@@ -63,6 +63,41 @@ def _accepts(factory_kind: str, name: str) -> tuple[set[str], bool]:
     return set(params), any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def _keywords(target: Any) -> tuple[set[str], bool]:
+    """The keyword names ``target`` accepts, and whether that list is complete: a class whose
+    ``__init__`` passes ``**options`` up to its base is followed up the MRO (the backbone
+    policies do this) until an ``__init__`` without ``**`` closes the list."""
+    chain = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
+    names: set[str] = set()
+    for fn in chain:
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return names, False
+        names |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return names, True
+    return names, False
+
+
+def check_factory_kwargs(kind: str, name: str, kwargs: dict[str, Any], key: str) -> None:
+    """A typo in ``policy_kwargs`` / ``scorer_kwargs`` / … fails in the first second, naming the
+    key and what the factory accepts — not after a 64 GB model has loaded, as a TypeError."""
+    if not kwargs:
+        return
+    factory = lookup(kind, name).factory
+    target = factory.resolve() if hasattr(factory, "resolve") else factory
+    names, complete = _keywords(target)
+    unknown = sorted(set(kwargs) - names)
+    if complete and unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], sorted(names), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"config key '{key}': {kind.replace('_', ' ')} {name!r} takes no argument {unknown[0]!r}.{hint} "
+                          f"It accepts: {', '.join(sorted(names)) or 'none'}")
+
+
 def _build(factory_kind: str, name: str, getter: Callable, offered: dict[str, Any]) -> Any:
     """Build a component passing only the keyword arguments its factory accepts."""
     names, takes_any = _accepts(factory_kind, name)
@@ -84,6 +119,12 @@ class Trainer:
         self.log = main_log if self.dist.is_main else (lambda msg: None)
         self.run_dir = Path(run_dir)
         self.files = RunDirectory(self.run_dir, writer=self.dist.is_main)
+        for kind, name, kwargs, key in (("policy", cfg.policy, cfg.policy_kwargs, "policy_kwargs"),
+                                        ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
+                                        ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
+                                        ("window_selector", cfg.window, cfg.window_kwargs, "window_kwargs")):
+            if name is not None:  # before anything heavy is built
+                check_factory_kwargs(kind, name, kwargs, key)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = self._build_policy()
         self.prompts = resolve_prompts(cfg.prompts)

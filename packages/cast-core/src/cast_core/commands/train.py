@@ -8,6 +8,21 @@ from pathlib import Path
 import click
 
 DEFAULT_RECIPES = ("shapes", "cast")  # the first one installed is used when --plugin is not given
+#: what --resume may change: how long and how often, never what is trained or how
+RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "checkpoint_every", "keep_checkpoints"})
+
+
+def _finished_steps(run_dir: Path) -> int | None:
+    """The step of the run's latest checkpoint, if it has one."""
+    from cast_core.checkpoints import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return None
+    try:
+        return int(ckpt.name.split("-")[-1])
+    except ValueError:
+        return None
 
 
 def build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps):
@@ -89,9 +104,18 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
         if any(x is not None for x in (plugin, policy, scorer, window, decomposer, projector, config_file, out)):
             raise click.UsageError("--resume continues a run as configured; only --steps and --set may change")
         cfg = TrainConfig().update(load_toml(Path(resume_dir) / "config.toml"), f"{resume_dir}/config.toml")
-        cfg.update(parse_set(list(sets)), "--set")
+        changes = parse_set(list(sets))
+        fixed = sorted(k for k in changes if k.split(".")[0] not in RESUMABLE)
+        if fixed:  # the run's maths and components are what its checkpoints were trained with
+            raise click.UsageError(f"--resume cannot change {', '.join(fixed)}: a run continues as it was configured; "
+                                   f"on resume only --steps and --set {'/'.join(sorted(RESUMABLE))} may change. "
+                                   "Start a new run (--out) to train otherwise")
+        cfg.update(changes, "--set")
         if steps is not None:
             cfg.steps = steps
+        done = _finished_steps(Path(resume_dir))
+        if done is not None and cfg.steps <= done:
+            raise click.UsageError(f"{resume_dir} is already at step {done}; give --steps above {done} to train further")
         run_dir = Path(resume_dir)
     else:
         cfg = build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps)
