@@ -118,9 +118,11 @@ def test_resume_changes_only_how_long_and_how_often(tmp_path):
     config = (run / "config.toml").read_text()
     for sets, message in ((["--set", "seed=5"], "--resume cannot change seed"),
                           (["--set", "policy_kwargs.seed=1"], "--resume cannot change policy_kwargs.seed"),
-                          (["--steps", "2"], "is already at step 2; give --steps above 2")):
+                          (["--steps", "1"], "is already at step 2; give --steps above 2")):
         out = CliRunner().invoke(cli, ["train", "--resume", str(run), *sets])
         assert out.exit_code == 2 and message in out.output, out.output
+    same = CliRunner().invoke(cli, ["train", "--resume", str(run)])  # finished: a no-op, said so, exit 0
+    assert same.exit_code == 0 and "is complete at step 2; nothing to do" in same.output
     assert (run / "config.toml").read_text() == config  # nothing was rewritten
     out = CliRunner().invoke(cli, ["train", "--resume", str(run), "--steps", "3", "--set", "log_every=1"])
     assert out.exit_code == 0, out.output

@@ -123,7 +123,7 @@ class Trainer:
                                         ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
                                         ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
                                         ("window_selector", cfg.window, cfg.window_kwargs, "window_kwargs")):
-            if name is not None:  # before anything heavy is built
+            if name:  # before anything heavy is built (an empty window name means no selector)
                 check_factory_kwargs(kind, name, kwargs, key)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = self._build_policy()

@@ -114,8 +114,12 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
         if steps is not None:
             cfg.steps = steps
         done = _finished_steps(Path(resume_dir))
-        if done is not None and cfg.steps <= done:
+        if done is not None and cfg.steps < done:
             raise click.UsageError(f"{resume_dir} is already at step {done}; give --steps above {done} to train further")
+        if done is not None and cfg.steps == done:  # a run killed after its last checkpoint: nothing left to do
+            click.echo(f"{resume_dir} is complete at step {done}; nothing to do (give --steps above {done} to train "
+                       "further)")
+            return
         run_dir = Path(resume_dir)
     else:
         cfg = build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps)
