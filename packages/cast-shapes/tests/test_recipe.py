@@ -19,7 +19,7 @@ def test_shapes_is_the_default_recipe():
 
 def test_short_cast_run_on_the_shapes_policy(random_weights, tmp_path):
     sets = [f'policy_kwargs={{weights = "{random_weights}"}}', "group_size=4", "prompts_per_step=2",
-            "num_steps=4", "window_size=2", "sample_every=2", "checkpoint_every=2"]
+            "num_steps=4", "sample_every=2", "checkpoint_every=2"]
     cfg = build_config("shapes", None, None, None, None, None, None, sets, 2)
     run = tmp_path / "run"
     Trainer(cfg, run, log=lambda m: None).run()
