@@ -90,9 +90,20 @@ def _randomize_batch_norm(vae, seed: int) -> None:
         vae.bn.running_var.copy_(0.5 + torch.rand(vae.bn.running_var.shape, generator=gen))
 
 
+def _flux2_family(pipeline_class, text_encoder, tokenizer, guidance_embeds: bool, seed: int):
+    """A FLUX.2-family pipeline around ``text_encoder`` (3 stacked hidden states of width 16)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    transformer = _flux2_transformer(guidance_embeds, 3 * 16)
+    vae = _flux2_vae()
+    _randomize_batch_norm(vae, seed)
+    return pipeline_class(scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER), vae=vae,
+                          text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+
+
 def tiny_flux2_pipeline(seed: int = 0):
     """A ``Flux2Pipeline`` (guidance-distilled FLUX.2-dev layout) with random toy weights."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2Pipeline
+    from diffusers import Flux2Pipeline
     from transformers import Mistral3Config, Mistral3ForConditionalGeneration
 
     tokenizer = byte_tokenizer()
@@ -109,17 +120,12 @@ def tiny_flux2_pipeline(seed: int = 0):
         bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, image_seq_length=4, vision_feature_layer=-1,
         image_token_index=len(tokenizer) + 1,
     )
-    text_encoder = Mistral3ForConditionalGeneration(config).eval()
-    transformer = _flux2_transformer(True, 3 * 16)
-    vae = _flux2_vae()
-    _randomize_batch_norm(vae, seed)
-    return Flux2Pipeline(scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER), vae=vae,
-                         text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+    return _flux2_family(Flux2Pipeline, Mistral3ForConditionalGeneration(config).eval(), tokenizer, True, seed)
 
 
 def tiny_flux2_klein_pipeline(seed: int = 0):
     """A ``Flux2KleinPipeline`` (true CFG against the empty prompt) with random toy weights."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline
+    from diffusers import Flux2KleinPipeline
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = byte_tokenizer()
@@ -128,12 +134,7 @@ def tiny_flux2_klein_pipeline(seed: int = 0):
                          num_key_value_heads=2, vocab_size=len(tokenizer) + 8, max_position_embeddings=1024,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id)
-    text_encoder = Qwen3ForCausalLM(config).eval()
-    transformer = _flux2_transformer(False, 3 * 16)
-    vae = _flux2_vae()
-    _randomize_batch_norm(vae, seed)
-    return Flux2KleinPipeline(scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER), vae=vae,
-                              text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+    return _flux2_family(Flux2KleinPipeline, Qwen3ForCausalLM(config).eval(), tokenizer, False, seed)
 
 
 def tiny_qwen_image_pipeline(seed: int = 0):
