@@ -1,36 +1,91 @@
-"""The bench's bookkeeping: equal budgets, the gain ratio, the table and the plot (no training)."""
+"""The bench's bookkeeping (no training): equal budgets, what each method changes, the paired
+gains and the gain ratio against hand computations, undefined ratios, plan refusal, outputs."""
 
 import json
+import math
+import statistics
 
-from cast_shapes.bench import METHODS, QUICK_METHODS, format_table, plan, plot, summarise
+import pytest
 
-
-def fake_run(method, seed, final_gm):
-    curve = [{"step": 5, "images": 80, "gm": final_gm / 2, "am": 0.5},
-             {"step": 10, "images": 160, "gm": final_gm, "am": 0.6}]
-    return {"method": method, "seed": seed, "train_wall_s": 60.0, "curve": curve, "final": curve[-1]}
-
-
-def test_every_method_gets_the_same_budget_and_changes_only_its_own_keys():
-    p = plan(quick=True)
-    assert p.methods == QUICK_METHODS and len(p.seeds) >= 3
-    # the quick preset: 40 steps × 2 prompts × 8 images per group = 640 images per run
-    assert (p.steps, p.prompts_per_step, p.group_size, p.images_per_run) == (40, 2, 8, 640)
-    allowed = {"projector", "ratio_mode", "window_start", "window_size", "window", "window_kwargs", "heatmap_source"}
-    assert all(set(overrides) <= allowed for overrides in METHODS.values())
+from cast_core.config import ConfigError
+from cast_shapes.bench import FULL_SHARED, METHODS, QUICK_METHODS, _check_plan, format_table, overrides_for, plan
+from cast_shapes.bench_plot import plot_gains
+from cast_shapes.bench_stats import gain_ratio, method_gain, ratio_text, summarise
 
 
-def test_gain_ratio_and_outputs(tmp_path):
-    p = plan(quick=True)
-    base = {"gm": 0.10, "am": 0.40}
-    results = {"flow-grpo": [fake_run("flow-grpo", s, g) for s, g in enumerate([0.14, 0.16, 0.15])],
-               "cast": [fake_run("cast", s, g) for s, g in enumerate([0.19, 0.21, 0.20])]}
-    summary = summarise(p, base, results, {"flow-grpo": 180.0, "cast": 190.0})
-    assert abs(summary["flow_grpo_gm"] - 0.15) < 1e-12 and abs(summary["cast_gm"] - 0.20) < 1e-12
-    assert abs(summary["gain_ratio"] - 2.0) < 1e-9
-    assert abs(summary["cast_gm_std"] - 0.01) < 1e-9
+def fake_run(method, seed, deltas, skill=None):
+    """A result.json with these paired GM differences at evaluation seeds 0..n-1."""
+    rows = [{"eval_seed": i, "gm_difference": {"delta": d, "se": 0.01},
+             "skill_differences": {"object": {"delta": (skill or deltas)[i], "se": 0.01}}} for i, d in enumerate(deltas)]
+    return {"method": method, "seed": seed, "train_wall_s": 60.0, "per_eval_seed": rows}
+
+
+def test_budgets_and_what_each_method_changes():
+    q = plan(quick=True)
+    assert q.methods == QUICK_METHODS and len(q.seeds) == 3 and q.images_per_run == 640
+    full = plan(quick=False)
+    assert full.images_per_run == 12_800 and full.seeds == (0, 1, 2) and full.eval_seeds == tuple(range(10))
+    assert full.eval_suite == "heldout-test" and full.methods == ("flow-grpo", "cast")
+    allowed = {"projector", "ratio_mode", "window", "window_kwargs", "heatmap_source", "scorer_kwargs"}
+    assert all(set(o) <= allowed for o in METHODS.values())
+    cast, fg = overrides_for("cast", 1, full), overrides_for("flow-grpo", 1, full)
+    assert cast["window_kwargs"] == {"start": 2, "size": 2} and cast["window"] == "fixed"
+    assert fg["window"] == "random" and fg["window_kwargs"] == {"size": 3, "lo": 0, "hi": 6}
+    same = {k for k in cast.keys() & fg.keys() if cast[k] == fg[k]}
+    assert {"prompts", "scorer_kwargs", "seed", "group_size", "prompts_per_step"} <= same
+    judged = overrides_for("cast-judge-grid-blur-noise", 0, full)["scorer_kwargs"]
+    assert judged == {**FULL_SHARED["scorer_kwargs"], "judge_grid": 4, "judge_blur": 0.5, "judge_noise": 0.2}
+    assert overrides_for("flow-grpo-cast-window", 0, full)["window_kwargs"] == {"start": 2, "size": 2}
+
+
+def test_method_gain_is_over_training_seeds():
+    runs = [fake_run("cast", 0, [0.01, 0.03]), fake_run("cast", 1, [0.02, 0.04]), fake_run("cast", 2, [0.0, 0.02])]
+    g = method_gain(runs, "gm")
+    assert g["per_run"] == pytest.approx([0.02, 0.03, 0.01])
+    assert g["gain"] == pytest.approx(0.02)
+    assert g["se"] == pytest.approx(statistics.stdev([0.02, 0.03, 0.01]) / math.sqrt(3))
+    one = method_gain(runs[:1], "gm")
+    assert one["se_over"] == "evaluation seeds" and one["se"] == pytest.approx(0.01 * math.sqrt(2) / math.sqrt(2))
+
+
+def test_gain_ratio_point_interval_and_undefined():
+    cast = [fake_run("cast", s, [0.040 + 0.002 * s, 0.044, 0.038, 0.042]) for s in range(3)]
+    fg = [fake_run("flow-grpo", s, [0.020 + 0.001 * s, 0.021, 0.019, 0.020]) for s in range(3)]
+    r = gain_ratio(cast, fg, "gm")
+    num = statistics.fmean(statistics.fmean(c["gm_difference"]["delta"] for c in run["per_eval_seed"]) for run in cast)
+    den = statistics.fmean(statistics.fmean(c["gm_difference"]["delta"] for c in run["per_eval_seed"]) for run in fg)
+    assert r["ratio"] == pytest.approx(num / den)
+    assert r["ci"][0] < r["ratio"] < r["ci"][1] and r["den_not_positive_share"] == 0
+    assert gain_ratio(cast, fg, "gm") == r  # seeded: the same interval every time
+    losing = [fake_run("flow-grpo", s, [-0.01, 0.0, -0.02, 0.005]) for s in range(3)]
+    u = gain_ratio(cast, losing, "gm")
+    assert u["ratio"] is None and u["ci"] is None
+    assert ratio_text(u).startswith("undefined (flow-grpo -0.006")
+    noisy = [fake_run("flow-grpo", s, [0.03, -0.02, 0.02, -0.025]) for s in range(3)]
+    n = gain_ratio(cast, noisy, "gm")
+    assert n["ratio"] is not None and n["ci"] is None and "unbounded" in ratio_text(n)
+
+
+def test_summary_table_and_figure(tmp_path):
+    full = plan(quick=False)
+    results = {"flow-grpo": [fake_run("flow-grpo", s, [0.01, 0.012, 0.008], [0.02, 0.01, 0.0]) for s in range(3)],
+               "cast": [fake_run("cast", s, [0.02, 0.024, 0.016], [0.04, 0.03, 0.02]) for s in range(3)]}
+    s = summarise(results)
+    assert s["ratio"]["by_metric"]["gm"]["ratio"] == pytest.approx(2.0)
+    assert s["ratio"]["by_metric"]["object"]["ratio"] == pytest.approx(3.0)
+    summary = {"plan": full.identity(), "methods": list(results), "seeds": [0, 1, 2], "images_per_run": 12_800,
+               "eval_prompts": 192, **s}
     json.dumps(summary)
     table = format_table(summary)
-    assert "gain ratio (cast − base) / (flow-grpo − base) = 2.00" in table
-    plot(tmp_path / "b.png", base, results)
+    assert "gain ratio cast/flow-grpo on gm: 2.00 [" in table and "+0.0200 ±" in table
+    plot_gains(tmp_path / "b.png", summary)
     assert (tmp_path / "b.png").stat().st_size > 1000
+
+
+def test_a_second_plan_is_refused_but_more_methods_and_seeds_are_not(tmp_path):
+    _check_plan(tmp_path, plan(quick=True))
+    _check_plan(tmp_path, plan(quick=True, seeds=5, methods=("cast", "cast-judge-grid")))
+    with pytest.raises(ConfigError, match="eval_seeds"):
+        _check_plan(tmp_path, plan(quick=True, eval_seeds=(0, 1, 2)))
+    with pytest.raises(ConfigError, match="steps"):
+        _check_plan(tmp_path, plan(quick=True, steps=7))

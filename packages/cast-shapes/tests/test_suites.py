@@ -16,9 +16,9 @@ from cast_shapes.world import (
     IMAGE_SIZE, OPPOSITE, ObjectSpec, Relation, Scene, group_centre, relation_offset, sample_layout,
 )
 
-PINNED = {'single': 'af2a620531894c88d52539cfee9759d91bb36e02058dfb0870e38185dc63b8c0', 'atoms-2': '0aca9096159a5fc51426b9d08766253f3551498dd67a156d0c2f41aa96b69b59', 'atoms-3': '2079a75c85f26f70fe17d4a856af59d58fcd752e34fca3f37d982ade280b7d46', 'atoms-4': '8511831df5c2e5cd902c179fe014efbfc00027fa0feedc9d38da1a33223e0668', 'atoms-5': 'd3355b955a97e196f06419f744cccfca4a90517fa6a1c08522538391c1b45d85', 'atoms-6': '90059c57f9356d2dd434fb88a5d4e1a5f3dda744e6898c0c0415e803f67eb8d5', 'atoms-7': '7a2c9c318a090556dfcf5523e394d6d4f3f569e0aa8b6a06b2a557cf1911e130', 'atoms-8': '3d84346c682675addfc664cb9422f2868ef4ba5513071f09e21815336dce19bf', 'train': '885cb06d2ac453026a176b0be67e755dce3474a4f80ae1163278bd9f5caed6e5', 'train-hard': '72610e2fef55ab73271ef952fd8db26ea027cfc0d5cf11fb008461ea0bbe3800', 'heldout': '609381aea5b5ab40bab68035263eb0664c6814ae48f65c56a201bcfaaf067325', 'heldout-hard': 'de9ee03789f41149b72540e6f56eb4559e46dcd91cb557709f2cbbe0b8fa6582'}
+PINNED = {'single': 'af2a620531894c88d52539cfee9759d91bb36e02058dfb0870e38185dc63b8c0', 'atoms-2': '0aca9096159a5fc51426b9d08766253f3551498dd67a156d0c2f41aa96b69b59', 'atoms-3': '2079a75c85f26f70fe17d4a856af59d58fcd752e34fca3f37d982ade280b7d46', 'atoms-4': '8511831df5c2e5cd902c179fe014efbfc00027fa0feedc9d38da1a33223e0668', 'atoms-5': 'd3355b955a97e196f06419f744cccfca4a90517fa6a1c08522538391c1b45d85', 'atoms-6': '90059c57f9356d2dd434fb88a5d4e1a5f3dda744e6898c0c0415e803f67eb8d5', 'atoms-7': '7a2c9c318a090556dfcf5523e394d6d4f3f569e0aa8b6a06b2a557cf1911e130', 'atoms-8': '3d84346c682675addfc664cb9422f2868ef4ba5513071f09e21815336dce19bf', 'train': '885cb06d2ac453026a176b0be67e755dce3474a4f80ae1163278bd9f5caed6e5', 'train-hard': '72610e2fef55ab73271ef952fd8db26ea027cfc0d5cf11fb008461ea0bbe3800', 'heldout': '609381aea5b5ab40bab68035263eb0664c6814ae48f65c56a201bcfaaf067325', 'heldout-hard': 'de9ee03789f41149b72540e6f56eb4559e46dcd91cb557709f2cbbe0b8fa6582', 'heldout-test': 'a880d2f221bbac3ff4e1cac8dc33d899d1f131364869b683e9b52b771107cee6'}
 
-SIZES = {"single": 21, "atoms-2": 12, "train": 660, "train-hard": 512, "heldout": 110, "heldout-hard": 96,
+SIZES = {"single": 21, "atoms-2": 12, "train": 660, "train-hard": 512, "heldout": 110, "heldout-hard": 96, "heldout-test": 192,
          **{f"atoms-{k}": 64 for k in range(3, 9)}}
 
 
@@ -45,11 +45,22 @@ def test_suite_sizes_and_contents():
 
 def test_train_and_heldout_are_disjoint():
     train = {n: suite(n) for n in SUITE_NAMES if n.startswith(("train", "single", "atoms-"))}
-    held = suite("heldout") + suite("heldout-hard")
+    held = suite("heldout") + suite("heldout-hard") + suite("heldout-test")
     assert all(is_heldout(p) for p in held)
     for name, prompts in train.items():
         assert not any(is_heldout(p) for p in prompts), name
         assert not set(prompts) & set(held), name
+
+
+def test_test_suite_shares_no_meaning_with_validation():
+    """heldout-test must be compositions no configuration choice looked at: none means what a
+    heldout prompt means (the split key ignores wording and order), and none repeats another."""
+    validation = {split_key(parse_prompt(p)) for p in suite("heldout")}
+    test = [split_key(parse_prompt(p)) for p in suite("heldout-test")]
+    assert len(set(test)) == len(test) == 192
+    assert not set(test) & validation
+    counts = {k: sum(parse_prompt(p).atom_count == k for p in suite("heldout-test")) for k in range(5, 9)}
+    assert counts == {5: 48, 6: 48, 7: 48, 8: 48}
 
 
 def test_split_ignores_wording_and_order():

@@ -1,38 +1,57 @@
 """``cast bench``: base vs Flow-GRPO vs CAST on the shapes world at an equal sampling budget.
 
-Every method trains the same pretrained shapes policy from the same seeds for the same number of
-steps with the same group size and prompts per step — so the same number of sampled images —
-and differs only in what the method changes (advantage structure, ratio granularity, window).
-Each run is evaluated on the held-out hard prompts (``heldout-hard``: >= 5 atoms, never seen in
-pretraining or RL) at the midpoint and the end, giving GM against images sampled.
+Every method trains the same pretrained shapes policy from the same training seeds for the same
+number of steps, prompts per step and group size — so the same number of sampled images — and
+differs only in what the method changes (advantage structure, ratio granularity, window). Every
+trained adapter and the base are evaluated at the same evaluation seeds (the same starting
+noise), so each evaluation seed gives a paired difference; :mod:`cast_shapes.bench_stats` turns
+those into gains and the gain ratio.
 
-Resumable: every finished run leaves ``runs/<method>-s<seed>/result.json``; running the bench
-again skips finished runs (a killed bench loses at most the run in progress).
+The full plan reports on ``heldout-test``, a suite no configuration choice looked at; the
+configuration it trains (``FULL_SHARED``: ``train-hard`` prompts, window 2-3, surplus count maps)
+was chosen on ``heldout-hard``, the validation suite. ``--quick`` is a smoke run on part of
+``heldout-hard``: its budget is too small for any method to gain.
+
+Resumable at every level: each (method, training seed) run is a training run directory that
+``Trainer(resume=True)`` continues from its last checkpoint; each evaluation seed's result is
+its own file; a finished run (``result.json``) is never redone. ``plan.json`` records what the
+numbers depend on, and a second invocation with a different plan into the same directory is
+refused instead of mixing two benches.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-#: method -> config overrides on top of the `shapes` recipe (what the method changes, nothing else)
+#: config overrides on top of the `shapes` recipe: what each method changes, nothing else
+_CAST = {"projector": "spatial", "ratio_mode": "position"}
 METHODS: dict[str, dict] = {
     "flow-grpo": {"projector": "scalar", "ratio_mode": "sample", "window": "random",
-                  "window_kwargs": {"size": 3, "lo": 0, "hi": 6}},
-    "cast": {"projector": "spatial", "ratio_mode": "position"},  # the recipe's measured window
+                  "window_kwargs": {"size": 3, "lo": 0, "hi": 6}},  # Flow-GRPO-Fast's random window
+    "cast": dict(_CAST),
+    # estimator only: Flow-GRPO's scalar advantage in CAST's window
+    "flow-grpo-cast-window": {"projector": "scalar", "ratio_mode": "sample"},
     # ablations: which part of CAST matters
-    "cast-final-maps": {"projector": "spatial", "ratio_mode": "position", "heatmap_source": "final"},  # the paper's maps
+    "cast-final-maps": {**_CAST, "heatmap_source": "final"},  # the paper's maps
     "cast-atoms-no-heatmaps": {"projector": "atoms", "ratio_mode": "position"},
     "cast-scalar-per-position": {"projector": "scalar", "ratio_mode": "position"},
-    # the measured window is 2 steps (6-7 of 10): the fixed ones are 2 steps too, at either end
-    "cast-window-early": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 0, "window_size": 2},
-    "cast-window-late": {"projector": "spatial", "ratio_mode": "position", "window": "none", "window_start": 8, "window_size": 2},
+    # the measured window is 2 steps (6-7 of 10): fixed 2-step windows at either end
+    "cast-window-early": {**_CAST, "window": "fixed", "window_kwargs": {"start": 0, "size": 2}},
+    "cast-window-late": {**_CAST, "window": "fixed", "window_kwargs": {"start": 8, "size": 2}},
+    # judge resolution: the oracle's masks as a VLM would give them (cast_shapes.judge_maps)
+    "cast-judge-grid": {**_CAST, "scorer_kwargs": {"judge_grid": 4}},
+    "cast-judge-grid-blur": {**_CAST, "scorer_kwargs": {"judge_grid": 4, "judge_blur": 0.5}},
+    "cast-judge-grid-blur-noise": {**_CAST, "scorer_kwargs": {"judge_grid": 4, "judge_blur": 0.5, "judge_noise": 0.2}},
 }
 QUICK_METHODS = ("flow-grpo", "cast")
+FULL_METHODS = ("flow-grpo", "cast")
+#: the demo's configuration (cast_shapes.commands.DEMO_SETTINGS), chosen on heldout-hard
+FULL_SHARED = {"prompts": "cast_shapes.suites:train_hard_prompts", "window": "fixed",
+               "window_kwargs": {"start": 2, "size": 2}, "scorer_kwargs": {"count_maps": "surplus"}}
 
 
 @dataclass(frozen=True)
@@ -43,166 +62,184 @@ class BenchPlan:
     prompts_per_step: int
     group_size: int
     images_per_prompt: int
-    eval_limit: int | None  # first N held-out prompts (None: all)
-    settings: tuple[str, ...] = ()  # extra `key=value` config overrides applied to every method
+    eval_suite: str
+    eval_limit: int | None  # first N prompts of the suite (None: all)
+    eval_seeds: tuple[int, ...]
+    shared: dict = field(default_factory=dict)  # config overrides for every method
+    settings: tuple[str, ...] = ()  # extra `key=value` overrides (--set), applied last
 
     @property
     def images_per_run(self) -> int:
         return self.steps * self.prompts_per_step * self.group_size
 
+    def identity(self) -> dict:
+        """What every number depends on; methods and training seeds may grow between invocations."""
+        from cast_shapes.suites import suite_digest
+
+        d = asdict(self)
+        d.pop("methods"), d.pop("seeds")
+        d["settings"], d["eval_seeds"] = list(self.settings), list(self.eval_seeds)
+        d["eval_suite_digest"] = suite_digest(self.eval_suite)
+        return d
+
 
 def plan(quick: bool, seeds: int | None = None, steps: int | None = None, methods: tuple[str, ...] | None = None,
-         settings: tuple[str, ...] = ()) -> BenchPlan:
+         settings: tuple[str, ...] = (), eval_seeds: tuple[int, ...] | None = None) -> BenchPlan:
     if quick:
-        return BenchPlan(methods or QUICK_METHODS, tuple(range(seeds or 3)), steps or 40, 2, 8, 2, 48, tuple(settings))
-    return BenchPlan(methods or tuple(METHODS), tuple(range(seeds or 3)), steps or 150, 4, 8, 4, None, tuple(settings))
+        return BenchPlan(methods or QUICK_METHODS, tuple(range(seeds or 3)), steps or 40, 2, 8, 2, "heldout-hard", 48,
+                         eval_seeds or (0, 1), {}, tuple(settings))
+    return BenchPlan(methods or FULL_METHODS, tuple(range(seeds or 3)), steps or 400, 4, 8, 2, "heldout-test", None,
+                     eval_seeds or tuple(range(10)), dict(FULL_SHARED), tuple(settings))
 
 
-def _evaluate(adapter: Path | None, plan_: BenchPlan, num_steps: int, policy_kwargs: dict | None = None) -> dict:
-    from cast_core.evaluation import evaluate
-    from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
+def overrides_for(method: str, seed: int, plan_: BenchPlan) -> dict:
+    """The config overrides of one run: shared, then the method's (dict options merged key by key)."""
+    method_keys = METHODS[method]
+    out = {**plan_.shared, **method_keys}
+    for key in ("scorer_kwargs", "policy_kwargs"):
+        if key in plan_.shared or key in method_keys:
+            out[key] = {**plan_.shared.get(key, {}), **method_keys.get(key, {})}
+    if "window" in method_keys and "window_kwargs" not in method_keys:
+        out.pop("window_kwargs", None)  # a method's own selector does not inherit the shared one's arguments
+    out.update({"seed": seed, "prompts_per_step": plan_.prompts_per_step, "group_size": plan_.group_size,
+                "sample_every": 0, "checkpoint_every": max(1, min(50, plan_.steps // 2)), "keep_checkpoints": 2})
+    return out
+
+
+def _build_config(method: str, seed: int, plan_: BenchPlan):
+    from cast_core.commands.train import build_config
+    from cast_core.config import toml_value
+
+    overrides = overrides_for(method, seed, plan_)
+    sets = [*(f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector"), *plan_.settings]
+    return build_config("shapes", None, None, None, None, overrides.get("projector"), None, sets, plan_.steps)
+
+
+def _eval_prompts(plan_: BenchPlan) -> list[str]:
     from cast_shapes.suites import suite
 
-    policy = get_policy("shapes", **(policy_kwargs or {}))
+    prompts = suite(plan_.eval_suite)
+    return prompts[: plan_.eval_limit] if plan_.eval_limit else prompts
+
+
+def _evaluate_cached(path: Path, adapter: Path | None, plan_: BenchPlan, eval_seed: int, cfg) -> dict:
+    """One evaluation seed of one model, read back if already on disk (written atomically)."""
+    if path.exists():
+        return json.loads(path.read_text())
+    from cast_core.evaluation import evaluate
+    from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
+
+    policy = get_policy("shapes", **(cfg.policy_kwargs or {}))
     if adapter is not None:
         policy.load_adapter(adapter)
-    prompts = suite("heldout-hard")[: plan_.eval_limit] if plan_.eval_limit else suite("heldout-hard")
-    return evaluate(policy, prompts, get_atom_scorer("shapes-oracle"), get_atom_decomposer("template"),
-                    images_per_prompt=plan_.images_per_prompt, num_steps=num_steps, seed=12345)
+    result = evaluate(policy, _eval_prompts(plan_), get_atom_scorer("shapes-oracle"), get_atom_decomposer("template"),
+                      images_per_prompt=plan_.images_per_prompt, num_steps=cfg.num_steps, seed=eval_seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(path)
+    return result
+
+
+def _row(eval_seed: int, base: dict, trained: dict) -> dict:
+    from cast_core.evaluation import paired_difference, paired_skill_differences
+
+    return {"eval_seed": eval_seed, "base_gm": base["gm"], "gm": trained["gm"], "am": trained["am"],
+            "by_skill": trained["by_skill"], "gm_difference": paired_difference(base, trained),
+            "skill_differences": paired_skill_differences(base, trained)}
 
 
 def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[[str], None]) -> dict:
-    """Train one (method, seed) run, evaluating at the midpoint and the end; cached in result.json."""
-    from cast_core.checkpoints import checkpoint_dirs
-    from cast_core.commands.train import build_config
+    """Train one (method, training seed) run and evaluate its final adapter at every evaluation
+    seed, paired with the base; cached in ``result.json``."""
+    from cast_core.checkpoints import latest_checkpoint
     from cast_core.trainer import Trainer
 
     run = root / "runs" / f"{method}-s{seed}"
     done = run / "result.json"
     if done.exists():
         return json.loads(done.read_text())
-    overrides = {**METHODS[method], "seed": seed, "prompts_per_step": plan_.prompts_per_step,
-                 "group_size": plan_.group_size, "sample_every": 0, "checkpoint_every": max(1, plan_.steps // 2),
-                 "keep_checkpoints": 2}
-    from cast_core.config import toml_value
-
-    sets = [*plan_.settings, *(f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector")]
-    cfg = build_config("shapes", None, None, None, None, overrides["projector"], None, sets, plan_.steps)
+    cfg = _build_config(method, seed, plan_)
     started = time.time()
-    trainer = Trainer(cfg, run, resume=run.exists(), log=lambda m: None)
-    trainer.run()
+    every = max(1, plan_.steps // 8)
+
+    def quiet(line: str) -> None:  # the trainer's step lines, thinned to about eight per run
+        if not line.startswith("step ") or line.split()[1].split("/")[0].isdigit() and int(line.split()[1].split("/")[0]) % every == 0:
+            log(f"    {line}")
+
+    Trainer(cfg, run, resume=run.exists(), log=quiet).run()
+    ckpt = latest_checkpoint(run)
+    if ckpt is None or int(ckpt.name.rsplit("-", 1)[1]) != plan_.steps:
+        raise RuntimeError(f"{run}: training stopped before step {plan_.steps} (latest checkpoint {ckpt}); run the bench again")
     train_s = time.time() - started
-    curve = []
-    for ckpt in checkpoint_dirs(run):
-        step = int(ckpt.name[5:])
-        ev = _evaluate(ckpt / "adapter", plan_, cfg.num_steps, cfg.policy_kwargs)
-        curve.append({"step": step, "images": step * plan_.prompts_per_step * plan_.group_size, "gm": ev["gm"], "am": ev["am"],
-                      "by_atom_count": ev["by_atom_count"], "by_skill": ev["by_skill"]})
-    result = {"method": method, "seed": seed, "train_wall_s": train_s, "curve": curve, "final": curve[-1]}
-    done.write_text(json.dumps(result, indent=2))
-    log(f"  {method} seed {seed}: GM {curve[-1]['gm']:.3f} after {curve[-1]['images']} images ({train_s / 60:.1f} min)")
+    rows = []
+    for s in plan_.eval_seeds:
+        base = _evaluate_cached(root / "base" / f"eval-seed-{s}.json", None, plan_, s, cfg)
+        trained = _evaluate_cached(run / "eval" / f"seed-{s}.json", ckpt / "adapter", plan_, s, cfg)
+        rows.append(_row(s, base, trained))
+    result = {"method": method, "seed": seed, "images": plan_.images_per_run, "train_wall_s": train_s,
+              "checkpoint": ckpt.name, "per_eval_seed": rows}
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(done)
+    mean = sum(r["gm_difference"]["delta"] for r in rows) / len(rows)
+    log(f"  {method} seed {seed}: paired GM gain {mean:+.4f} over {len(rows)} evaluation seeds")
     return result
 
 
-def summarise(plan_: BenchPlan, base: dict, results: dict[str, list[dict]], wall: dict[str, float]) -> dict:
-    def stats(xs):
-        return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+def _check_plan(out: Path, plan_: BenchPlan) -> None:
+    from cast_core.config import ConfigError
 
-    out: dict = {"suite": "heldout-hard", "settings": list(plan_.settings), "eval_prompts": plan_.eval_limit or "all",
-                 "images_per_prompt": plan_.images_per_prompt, "seeds": list(plan_.seeds),
-                 "steps": plan_.steps, "images_per_method": plan_.images_per_run,
-                 "base_gm": base["gm"], "base_gm_std": 0.0, "base_am": base["am"], "methods": {}}
-    for method, runs in results.items():
-        gm, gm_std = stats([r["final"]["gm"] for r in runs])
-        am, am_std = stats([r["final"]["am"] for r in runs])
-        out["methods"][method] = {"gm": gm, "gm_std": gm_std, "am": am, "am_std": am_std,
-                                  "per_seed_gm": [r["final"]["gm"] for r in runs], "wall_s": wall.get(method, 0.0)}
-    if "flow-grpo" in out["methods"] and "cast" in out["methods"]:
-        fg, ca = out["methods"]["flow-grpo"], out["methods"]["cast"]
-        out.update({"flow_grpo_gm": fg["gm"], "flow_grpo_gm_std": fg["gm_std"], "cast_gm": ca["gm"], "cast_gm_std": ca["gm_std"],
-                    "flow_grpo_wall_s": fg["wall_s"], "cast_wall_s": ca["wall_s"]})
-        denom = fg["gm"] - base["gm"]
-        out["gain_ratio"] = (ca["gm"] - base["gm"]) / denom if abs(denom) > 1e-9 else None
-    return out
-
-
-def plot(path: Path, base: dict, results: dict[str, list[dict]]) -> None:
-    """GM on held-out hard prompts against images sampled: mean over seeds, ±1 std bars."""
-    from PIL import Image, ImageDraw
-
-    colours = [(200, 40, 40), (40, 90, 200), (40, 150, 60), (150, 60, 180), (220, 140, 20), (90, 90, 90)]
-    W, H, pad = 640, 400, 50
-    curves = {}
-    for method, runs in results.items():
-        pts = {}
-        for r in runs:
-            for c in r["curve"]:
-                pts.setdefault(c["images"], []).append(c["gm"])
-        curves[method] = [(0, [base["gm"]])] + sorted(pts.items())
-    xmax = max(x for c in curves.values() for x, _ in c) or 1
-    ys = [y for c in curves.values() for _, v in c for y in v] + [base["gm"]]
-    ymin, ymax = min(ys), max(ys)
-    ymin, ymax = max(0.0, ymin - 0.05), min(1.0, ymax + 0.05)
-    img = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(img)
-    sx = lambda x: pad + x / xmax * (W - 2 * pad)  # noqa: E731
-    sy = lambda y: H - pad - (y - ymin) / ((ymax - ymin) or 1) * (H - 2 * pad)  # noqa: E731
-    d.line([(pad, H - pad), (W - pad, H - pad)], fill=(0, 0, 0))
-    d.line([(pad, pad), (pad, H - pad)], fill=(0, 0, 0))
-    d.text((W // 2 - 60, H - pad + 20), "images sampled", fill=(0, 0, 0))
-    d.text((5, pad - 20), "GM on heldout-hard", fill=(0, 0, 0))
-    for t in range(5):
-        y = ymin + (ymax - ymin) * t / 4
-        d.text((5, sy(y) - 6), f"{y:.2f}", fill=(80, 80, 80))
-    d.text((W - pad - 40, H - pad + 5), f"{xmax}", fill=(80, 80, 80))
-    for i, (method, pts) in enumerate(curves.items()):
-        col = colours[i % len(colours)]
-        xy = [(sx(x), sy(statistics.fmean(v))) for x, v in pts]
-        d.line(xy, fill=col, width=2)
-        for x, v in pts:
-            m, s = statistics.fmean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
-            d.line([(sx(x), sy(m - s)), (sx(x), sy(m + s))], fill=col)
-        d.text((W - pad - 150, pad + 14 * i), method, fill=col)
-    img.save(path)
+    path, ident = out / "plan.json", plan_.identity()
+    if path.exists():
+        old = json.loads(path.read_text())
+        changed = sorted(k for k in ident.keys() | old.keys() if ident.get(k) != old.get(k))
+        if changed:
+            raise ConfigError(f"{out} holds a bench with another plan ({', '.join(changed)} differ): its numbers "
+                              "would mix with these. Use another --out, or the same options as before")
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(ident, indent=2))
 
 
 def run_bench(out: Path, plan_: BenchPlan, log: Callable[[str], None] = print) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
-    base_file = out / "base.json"
-    from cast_core.commands.train import build_config
+    from cast_shapes.bench_plot import plot_gains
+    from cast_shapes.bench_stats import summarise
 
-    # the base is sampled as the runs are evaluated: the same steps and policy arguments (device)
-    shared = build_config("shapes", None, None, None, None, None, None, list(plan_.settings), 1)
-    if base_file.exists():
-        base = json.loads(base_file.read_text())
-    else:
-        log("evaluating the base policy")
-        base = _evaluate(None, plan_, shared.num_steps, shared.policy_kwargs)
-        base_file.write_text(json.dumps(base, indent=2))
-    log(f"base GM {base['gm']:.3f} on heldout-hard")
-    results: dict[str, list[dict]] = {}
-    wall: dict[str, float] = {}
-    for method in plan_.methods:
-        for seed in plan_.seeds:
-            r = run_one(method, seed, plan_, out, log)
-            results.setdefault(method, []).append(r)
-            wall[method] = wall.get(method, 0.0) + r["train_wall_s"]
-    summary = summarise(plan_, base, results, wall)
+    _check_plan(out, plan_)
+    jobs = [(m, s) for s in plan_.seeds for m in plan_.methods]  # seed-major: early stops still compare methods
+    results: dict[str, list[dict]] = {m: [] for m in plan_.methods}
+    fresh_s, fresh_n = 0.0, 0
+    for i, (method, seed) in enumerate(jobs):
+        finished = (out / "runs" / f"{method}-s{seed}" / "result.json").exists()
+        eta = f", about {fresh_s / fresh_n * (len(jobs) - i) / 60:.0f} min left" if fresh_n else ""
+        log(f"[{i + 1}/{len(jobs)}] {method} training seed {seed}{' (finished earlier)' if finished else ''}{eta}")
+        t0 = time.time()
+        results[method].append(run_one(method, seed, plan_, out, log))
+        if not finished:
+            fresh_s, fresh_n = fresh_s + time.time() - t0, fresh_n + 1
+    summary = {"plan": plan_.identity(), "methods": list(plan_.methods), "seeds": list(plan_.seeds),
+               "images_per_run": plan_.images_per_run, "eval_prompts": len(_eval_prompts(plan_)),
+               **summarise(results),
+               "train_wall_s": {m: [r["train_wall_s"] for r in rs] for m, rs in results.items()}}
     (out / "bench.json").write_text(json.dumps(summary, indent=2))
-    plot(out / "bench.png", base, results)
+    plot_gains(out / "bench.png", summary)
     return summary
 
 
 def format_table(summary: dict) -> str:
-    lines = [f"held-out hard prompts ({summary['eval_prompts']} prompts x {summary['images_per_prompt']} images), "
-             f"{len(summary['seeds'])} seeds, {summary['images_per_method']} sampled images per run",
-             f"{'method':28s} {'GM':>14s} {'AM':>14s} {'train min/run':>14s}",
-             f"{'base':28s} {summary['base_gm']:14.3f} {summary['base_am']:14.3f} {'-':>14s}"]
-    for m, s in summary["methods"].items():
-        lines.append(f"{m:28s} {s['gm']:7.3f} ± {s['gm_std']:.3f} {s['am']:7.3f} ± {s['am_std']:.3f} "
-                     f"{s['wall_s'] / 60 / max(1, len(summary['seeds'])):14.1f}")
-    if summary.get("gain_ratio") is not None:
-        lines.append(f"gain ratio (cast − base) / (flow-grpo − base) = {summary['gain_ratio']:.2f}")
-        if summary["flow_grpo_gm"] <= summary["base_gm"]:
-            lines.append("  (Flow-GRPO did not improve on the base, so this ratio is not a speed-up: read the GM column)")
+    from cast_shapes.bench_stats import METRICS_ORDER, ratio_text
+
+    p = summary["plan"]
+    metrics = [k for k in METRICS_ORDER if any(k in g for g in summary["gains"].values())]
+    lines = [f"{p['eval_suite']} ({summary['eval_prompts']} prompts x {p['images_per_prompt']} images x "
+             f"{len(p['eval_seeds'])} evaluation seeds), {len(summary['seeds'])} training seeds, "
+             f"{summary['images_per_run']} sampled images per run; paired gain over the base ± s.e.",
+             f"{'method':28s} " + " ".join(f"{k:>16s}" for k in metrics)]
+    for m, g in summary["gains"].items():
+        lines.append(f"{m:28s} " + " ".join(f"{g[k]['gain']:+8.4f} ± {g[k]['se']:.4f}" if k in g else f"{'-':>16s}"
+                                            for k in metrics))
+    r = summary["ratio"]
+    for k, v in r["by_metric"].items():
+        lines.append(f"gain ratio {r['numerator']}/{r['denominator']} on {k}: {ratio_text(v)}")
     return "\n".join(lines)

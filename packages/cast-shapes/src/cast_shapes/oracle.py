@@ -23,6 +23,7 @@ import torch
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import AtomScores
 
+from cast_shapes import judge_maps
 from cast_shapes.perception import detect
 from cast_shapes.semantics import COUNT_MAPS, AtomResult, Detection, evaluate
 
@@ -32,15 +33,24 @@ class ShapesOracleScorer:
     so images may live on any device (results come back on the images' device).
 
     ``count_maps="surplus"`` points a count atom with too many objects at the surplus ones only
-    (:func:`cast_shapes.semantics.evaluate`); scores are the same either way."""
+    (:func:`cast_shapes.semantics.evaluate`); scores are the same either way.
 
-    def __init__(self, count_maps: str = "all"):
+    ``judge_grid`` / ``judge_blur`` / ``judge_noise`` degrade the maps as a VLM judge's would be
+    (:mod:`cast_shapes.judge_maps`: token grid, Gaussian blur in cells, share of mass moved to
+    random cells); scores are unchanged. All off by default: exact masks."""
+
+    def __init__(self, count_maps: str = "all", judge_grid: int = 0, judge_blur: float = 0.0, judge_noise: float = 0.0):
         from cast_core.config import ConfigError  # a CastError: the CLI prints one line, no traceback
 
         if count_maps not in COUNT_MAPS:
             raise ConfigError(f"shapes-oracle: count_maps must be one of {COUNT_MAPS}, got {count_maps!r} "
                              "(set it with scorer_kwargs={count_maps=\"surplus\"})")
+        try:
+            judge_maps.check(judge_grid, judge_blur, judge_noise)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"shapes-oracle: {err} (scorer_kwargs.judge_grid / judge_blur / judge_noise)") from None
         self.count_maps = count_maps
+        self.judge = (int(judge_grid), float(judge_blur), float(judge_noise))
 
     def detect(self, images: torch.Tensor) -> list[list[Detection]]:
         """The objects found in each image (shape, colour, box centre, mask)."""
@@ -52,15 +62,21 @@ class ShapesOracleScorer:
         if len(images) != len(graphs):
             raise ValueError(f"got {len(images)} images but {len(graphs)} scene graphs")
         h, w = images.shape[-2:]
-        detections = self.detect(images)
+        pixels = _to_numpy(images)
+        detections = detect(pixels)
         scores, maps = [], []
-        for graph, dets in zip(graphs, detections):
+        for graph, dets, image in zip(graphs, detections, pixels):
             results = evaluate(graph, dets, (h, w), count_maps=self.count_maps)
             scores.append(
                 torch.tensor([min(max(r.score, 0.0), 1.0) for r in results], dtype=torch.float32, device=images.device)
             )
             if heatmaps:
-                maps.append(torch.from_numpy(_heatmaps(results, dets, h, w)).to(images.device))
+                exact = _heatmaps(results, dets, h, w)
+                try:
+                    hm = judge_maps.degrade(exact, image, *self.judge)
+                except ValueError as err:
+                    raise ValueError(f"shapes-oracle: {err}") from None
+                maps.append(torch.from_numpy(hm).to(images.device))
         return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps if heatmaps else None)
 
 

@@ -21,7 +21,12 @@ name, and only Python's ``random.Random`` is used, never ``hash()``):
 ``train-hard``     the ``train`` prompts with >= 5 atoms (512): RL prompts matched to the
                    benchmark's difficulty, where most of the reward signal is
 ``heldout``        held-out prompts: 24 per atom count 5..8, and all 14 with 4 atoms (110)
-``heldout-hard``   the ``heldout`` prompts with >= 5 atoms (96) — the benchmark suite
+``heldout-hard``   the ``heldout`` prompts with >= 5 atoms (96): the *validation* suite, on
+                   which configurations (the demo's, the bench's) were chosen
+``heldout-test``   other held-out compositions with >= 5 atoms, drawn with another seed: 48 per
+                   atom count 5..8 (192), none meaning the same as a ``heldout`` prompt (same
+                   :func:`split_key`) or as each other. The *test* suite: no configuration choice
+                   looks at it, and the bench's published numbers come from it
 =================  ==========================================================================
 
 Sizes and contents are pinned by sha256 digests in the tests (:func:`suite_digest`): a suite that
@@ -43,8 +48,10 @@ ATOM_SUITE_SIZE = 64
 TRAIN_PER_ATOMS = 128
 HELDOUT_PER_ATOMS = 24
 HARD_MIN_ATOMS = 5
+TEST_PER_ATOMS = 48
 SUITE_NAMES: tuple[str, ...] = (
     "single", *(f"atoms-{k}" for k in range(2, 9)), "train", "train-hard", "heldout", "heldout-hard",
+    "heldout-test",
 )
 
 
@@ -113,6 +120,24 @@ def _draw(split: str, atoms: int, n: int, tag: str) -> list[str]:
     return list(seen)
 
 
+def _draw_test(atoms: int) -> list[str]:
+    """``heldout-test``'s prompts with ``atoms`` atoms: held-out compositions that mean something
+    no ``heldout`` prompt (and no earlier test prompt) means, so rewording cannot leak validation
+    prompts into the test suite."""
+    taken = {split_key(parse_prompt(p)) for p in _suite("heldout")}
+    rng = _seeded(f"heldout-test/{atoms}")
+    out: list[str] = []
+    for _ in range(200 * TEST_PER_ATOMS):
+        if len(out) >= TEST_PER_ATOMS:
+            break
+        scene = sample_scene(rng, atoms)
+        key = split_key(scene)
+        if scene_split(scene) == "heldout" and key not in taken:
+            taken.add(key)
+            out.append(prompt_for(scene))
+    return out
+
+
 @lru_cache(maxsize=None)
 def _suite(name: str) -> tuple[str, ...]:
     if name == "single":
@@ -129,6 +154,8 @@ def _suite(name: str) -> tuple[str, ...]:
         return tuple(p for k in range(4, 9) for p in _draw("heldout", k, HELDOUT_PER_ATOMS, "heldout"))
     if name == "heldout-hard":
         return tuple(p for p in _suite("heldout") if parse_prompt(p).atom_count >= HARD_MIN_ATOMS)
+    if name == "heldout-test":
+        return tuple(p for k in range(HARD_MIN_ATOMS, 9) for p in _draw_test(k))
     raise ValueError(f"unknown suite {name!r}; suites: {', '.join(SUITE_NAMES)}")
 
 
