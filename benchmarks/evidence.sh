@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The evidence benchmark (README, "CAST vs Flow-GRPO at 12,800 images"): base vs flow-grpo vs cast,
+# three training seeds each, then the judge-resolution ablation and the estimator-only row, one
+# training seed each. Every step resumes: run this script again after a crash or a stopped
+# session and it continues where it stopped; finished runs are never redone.
+#   bash benchmarks/evidence.sh [OUT]          (default ~/.cache/cast/bench-12800)
+# About 30-40 min per run on 2 CPU cores (longer at one thread); 11 runs in all.
+set -euo pipefail
+OUT=${1:-$HOME/.cache/cast/bench-12800}
+CAST=${CAST:-$(dirname "$0")/../.venv/bin/cast}
+"$CAST" bench --out "$OUT"                                   # flow-grpo, cast x training seeds 0, 1, 2
+for m in cast-judge-grid cast-judge-grid-blur-noise flow-grpo-cast-window cast-judge-grid-blur; do
+  "$CAST" bench --out "$OUT" --seeds 1 --method flow-grpo --method cast --method "$m"
+done
+"$CAST" bench --out "$OUT" --method flow-grpo --method cast --method cast-judge-grid \
+  --method cast-judge-grid-blur-noise --method flow-grpo-cast-window --method cast-judge-grid-blur
