@@ -133,6 +133,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint(tmp_path, monkeypat
     with pytest.raises(OSError):
         trainer.save()
     assert latest_checkpoint(run).name == "step-00002"
+    trainer.files.unlock()  # the crashed process is gone, and its lock with it
     resumed = Trainer(fake_config(steps=4, checkpoint_every=2), run, resume=True, log=quiet)
     assert resumed.step == 2
 

@@ -3,11 +3,17 @@
 A checkpoint is a directory ``checkpoints/step-XXXXX/`` holding the policy's adapter (as the
 policy saves it: safetensors), the optimizer state and ``state.json`` (step, EMA, counters). It is
 written under a temporary name and renamed into place, and only directories whose name is a final
-``step-N`` and that contain ``state.json`` count — so the latest checkpoint is always complete.
+``step-N`` and that contain ``state.json`` count — so a crash never leaves a half-written one.
+
+Damage after the fact (a disk that truncates a file, a hand-deleted ``state.json``, a copy that
+stopped halfway) is *detected*, not guessed: every checkpoint carries ``manifest.json`` with the
+size and sha256 of each of its files, and :func:`find_intact_checkpoint` walks back from the newest
+checkpoint to the newest one that verifies, naming what it skipped and why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -36,6 +42,76 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+MANIFEST = "manifest.json"
+
+
+def step_dirs(run_dir: str | Path) -> list[Path]:
+    """Every final ``step-N`` directory, complete or not, oldest first (temporary ones excluded)."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_manifest(directory: Path) -> None:
+    """Record the size and sha256 of every file under ``directory`` (the manifest last)."""
+    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+    entries = {str(p.relative_to(directory)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in files}
+    (directory / MANIFEST).write_text(json.dumps({"files": entries}, indent=1))
+
+
+def verify_checkpoint(path: str | Path) -> str | None:
+    """Why ``path`` is not an intact checkpoint, or None when it is. Checkpoints written before
+    manifests existed are checked for a readable ``state.json`` only."""
+    path = Path(path)
+    state = path / "state.json"
+    if not state.is_file():
+        return "state.json is missing"
+    try:
+        step = json.loads(state.read_text())["step"]
+    except (ValueError, KeyError, TypeError, OSError) as err:
+        return f"state.json is unreadable ({type(err).__name__})"
+    m = _STEP_DIR.match(path.name)
+    if m and int(m.group(1)) != step:
+        return f"state.json says step {step}"
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError, OSError) as err:
+        return f"{MANIFEST} is unreadable ({type(err).__name__})"
+    for name, want in files.items():
+        f = path / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != want["bytes"]:
+            return f"{name} has {f.stat().st_size} bytes, the manifest says {want['bytes']}"
+        if _sha256(f) != want["sha256"]:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def find_intact_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint that verifies, and the newer ones skipped with the reason each."""
+    skipped = []
+    for path in reversed(step_dirs(run_dir)):
+        why = verify_checkpoint(path)
+        if why is None:
+            return path, skipped
+        skipped.append((path, why))
+    return None, skipped
+
+
 def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torch.optim.Optimizer,
                     state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, keep: int = 3,
                     write_extra: Callable[[Path], None] | None = None, *, writer: bool = True) -> Path:
@@ -62,6 +138,7 @@ def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torc
         return final
     torch.save(blob, tmp / "optimizer.pt")
     (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+    write_manifest(tmp)
     if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
         shutil.rmtree(final)
     os.replace(tmp, final)

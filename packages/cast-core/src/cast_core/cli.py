@@ -24,7 +24,9 @@ class CastGroup(click.Group):
         try:
             return super().invoke(ctx)
         except CastError as err:
-            raise click.ClickException(str(err)) from err
+            exc = click.ClickException(str(err))
+            exc.exit_code = getattr(err, "exit_code", exc.exit_code)
+            raise exc from err
 
 
 @click.group(cls=CastGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,6 +11,13 @@ class CastError(Exception):
     """Base class of the errors cast raises deliberately; the CLI prints them as one line."""
 
 
+class Interrupted(CastError):
+    """Ctrl-C ended a run cleanly (after a checkpoint); the CLI exits with 130, the shell's code
+    for SIGINT, so scripts can tell it from a failure."""
+
+    exit_code = 130
+
+
 class PluginError(CastError):
     """A plugin is broken or misbehaves (bad registration, wrong type, ...)."""
 

@@ -11,6 +11,7 @@ import html
 import json
 import math
 from pathlib import Path
+from typing import Callable
 
 CURVES = (("reward_gm", "reward GM (prompt level)"), ("reward_am", "reward AM (atom level)"),
           ("loss", "policy loss"), ("clip_fraction", "clip fraction"), ("saturated_fraction", "saturated atoms"))
@@ -75,11 +76,13 @@ def _skill_table(diffs: dict) -> str:
     return f"<table><tr><th>skill</th><th>difference</th><th>prompts</th><th>z</th><th>verdict</th></tr>{rows}</table>"
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json and grid PNGs."""
+def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
+    """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json and grid PNGs
+    (``warn`` hears about unreadable metric lines, which are skipped)."""
     run = Path(run_dir)
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()] \
-        if (run / "metrics.jsonl").exists() else []
+    from cast_core.run_dir import read_metrics
+
+    metrics = read_metrics(run / "metrics.jsonl", warn)
     parts = [f"<h1>cast run: {html.escape(run.name)}</h1>"]
     if (run / "config.toml").exists():
         parts.append(f"<details><summary>configuration</summary><pre>{html.escape((run / 'config.toml').read_text())}</pre></details>")

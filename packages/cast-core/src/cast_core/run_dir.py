@@ -4,18 +4,50 @@
 ``window.json`` (the measured window, so a resumed run keeps it), ``samples/`` (image grids)
 and ``checkpoints/`` (:mod:`cast_core.checkpoints`). In a multi-process run only the main
 process writes; every process reads.
+
+A run's outputs cost GPU-days, so the directory defends them: a fresh run refuses any non-empty
+directory (checkpoint rotation in a reused one would delete the other run's files), one process
+at a time holds ``.lock`` (a second ``cast train`` on the same run gets one line, not a second
+writer), and metrics are read tolerantly (a line torn by a crash is skipped with a warning).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cast_core.config import dump_toml
 from cast_core.errors import CastError
 
-__all__ = ["RunDirectory"]
+__all__ = ["RunDirectory", "read_metrics"]
+
+LOCK = ".lock"
+
+
+def read_metrics(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:
+    """The metric rows of a ``metrics.jsonl``; lines that are not JSON objects (a line torn by a
+    crash, a stray edit) are skipped, and ``warn`` hears which."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    rows, bad = [], []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(number)
+    if bad and warn is not None:
+        warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:5]))}"
+             f"{', ...' if len(bad) > 5 else ''}), e.g. one cut short by a crash")
+    return rows
 
 
 class RunDirectory:
@@ -36,12 +68,51 @@ class RunDirectory:
         return self.path / "window.json"
 
     def refuse_existing_run(self) -> None:
-        """A fresh run must not write into another run's directory."""
+        """A fresh run must not write into another run's directory, nor into any non-empty one:
+        checkpoint rotation there would delete files that are not this run's."""
         if (self.path / "config.toml").exists():
             raise CastError(
                 f"{self.path} already holds a run; continue it with `cast train --resume {self.path}` "
                 f"or choose another --out"
             )
+        if self.path.is_dir():
+            entries = sorted(p.name for p in self.path.iterdir() if p.name != LOCK)
+            if entries:
+                raise CastError(f"{self.path} is not empty ({len(entries)} entries, e.g. {entries[0]!r}) and holds no "
+                                "run to resume; a new run needs a new or empty --out")
+        elif self.path.exists():
+            raise CastError(f"{self.path} is a file; --out must name a directory")
+
+    def lock(self) -> None:
+        """Hold ``.lock`` for as long as this object lives (or until :meth:`unlock`): a second
+        writer on the same run would interleave metrics and race the checkpoint rotation."""
+        if not self.writer or getattr(self, "_lock_fd", None) is not None:
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # pragma: no cover - Windows: no advisory locks, no guard
+            pass
+        except OSError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise CastError(f"{self.path} is in use by another cast process ({holder}); wait for it to finish, "
+                            "or stop it, before resuming this run") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}".encode())
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        fd = getattr(self, "_lock_fd", None)
+        if fd is not None:
+            self._lock_fd = None
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def __del__(self):
+        self.unlock()
 
     def create(self, config: dict[str, Any]) -> None:
         if not self.writer:
@@ -49,12 +120,13 @@ class RunDirectory:
         self.samples.mkdir(parents=True, exist_ok=True)
         (self.path / "config.toml").write_text(dump_toml(config))
 
-    def truncate_metrics(self, step: int) -> None:
+    def truncate_metrics(self, step: int, warn: Callable[[str], None] | None = None) -> None:
         """Drop metric lines written after the checkpoint we resume from (they will be redone)."""
         if self.writer and self.metrics_path.exists():
-            keep = [line for line in self.metrics_path.read_text().splitlines()
-                    if line and json.loads(line).get("step", 0) <= step]
-            self.metrics_path.write_text("".join(line + "\n" for line in keep))
+            keep = [row for row in read_metrics(self.metrics_path, warn) if row.get("step", 0) <= step]
+            tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
+            os.replace(tmp, self.metrics_path)
 
     def open_metrics(self):
         """An append-mode metrics file (a sink that drops lines on non-writers)."""

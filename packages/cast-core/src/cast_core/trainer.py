@@ -34,11 +34,12 @@ from typing import Any, Callable
 
 import torch
 
-from cast_core.checkpoints import latest_checkpoint, load_checkpoint, save_checkpoint
+from cast_core.checkpoints import load_checkpoint, save_checkpoint, step_dirs, verify_checkpoint
 from cast_core.conditioning import PromptCache, select_rows
 from cast_core.config import ConfigError, TrainConfig
 from cast_core.distributed import Distributed
-from cast_core.errors import CastError
+from cast_core.errors import CastError, Interrupted
+from cast_core.interrupt import GracefulInterrupt
 from cast_core.judging import GroupVerdict, Judge, reward_stats
 from cast_core.launch import in_distributed_launch
 from cast_core.precision import autocast
@@ -119,6 +120,10 @@ class Trainer:
         self.log = main_log if self.dist.is_main else (lambda msg: None)
         self.run_dir = Path(run_dir)
         self.files = RunDirectory(self.run_dir, writer=self.dist.is_main)
+        if not resume:  # before anything heavy: a reused directory is refused in seconds, not after loading
+            self.files.refuse_existing_run()
+        self.dist.barrier()  # every process has looked at the directory before the main one locks it
+        self.files.lock()
         for kind, name, kwargs, key in (("policy", cfg.policy, cfg.policy_kwargs, "policy_kwargs"),
                                         ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
                                         ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
@@ -226,21 +231,39 @@ class Trainer:
     # -- run directory ---------------------------------------------------------------------------
     def _prepare_run_dir(self, resume: bool) -> None:
         if resume:
-            ckpt = latest_checkpoint(self.run_dir)
-            if ckpt is not None:
-                state, tensors = load_checkpoint(ckpt, self.policy, self.optimizer)
-                self.step = state["step"]
-                self.counters.update(state.get("counters", {}))
-                if self.ema is not None and tensors:
-                    self.ema = [like(tensors[f"ema.{i}"], p) for i, p in enumerate(self.params)]
-                self.log(f"resumed {self.run_dir} from {ckpt.name}")
-                self.files.truncate_metrics(self.step)
-            else:
-                self.log(f"no complete checkpoint in {self.run_dir}; starting from step 0")
-        else:
-            self.files.refuse_existing_run()
+            self._resume_from_intact_checkpoint()
         self.dist.barrier()  # every process has read the directory before the main one writes
         self.files.create(self.config.to_dict())
+
+    def _resume_from_intact_checkpoint(self) -> None:
+        """Load the newest checkpoint that verifies and loads, naming every newer one skipped.
+        With checkpoints on disk but none usable, refuse: restarting from step 0 would overwrite
+        the run's adapters with an untrained one."""
+        skipped: list[tuple[Path, str]] = []
+        for ckpt in reversed(step_dirs(self.run_dir)):
+            why = verify_checkpoint(ckpt)
+            if why is None:
+                try:
+                    state, tensors = load_checkpoint(ckpt, self.policy, self.optimizer)
+                except Exception as err:  # noqa: BLE001 - damage a manifest cannot see (older checkpoints)
+                    why = f"it does not load ({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"
+            if why is not None:
+                skipped.append((ckpt, why))
+                self.log(f"warning: skipping checkpoint {ckpt.name}: {why}")
+                continue
+            self.step = state["step"]
+            self.counters.update(state.get("counters", {}))
+            if self.ema is not None and tensors:
+                self.ema = [like(tensors[f"ema.{i}"], p) for i, p in enumerate(self.params)]
+            self.log(f"resumed {self.run_dir} from {ckpt.name}" + (f" (skipped {len(skipped)} newer)" if skipped else ""))
+            self.files.truncate_metrics(self.step, warn=self.log)
+            return
+        if skipped:
+            reasons = "; ".join(f"{p.name}: {why}" for p, why in skipped[:3])
+            raise CastError(f"{self.run_dir} has {len(skipped)} checkpoint(s) but none is intact ({reasons}); refusing "
+                            "to restart from step 0 over them. Restore a checkpoint, or start a new run with another --out")
+        self.log(f"no checkpoint in {self.run_dir} yet; starting from step 0")
+        self.files.truncate_metrics(0, warn=self.log)
 
     # -- pieces of one step ----------------------------------------------------------------------
     def graph(self, prompt: str):
@@ -426,29 +449,40 @@ class Trainer:
         return metrics
 
     def run(self) -> dict:
+        """Train to ``steps`` (or the time budget). A first Ctrl-C ends the run after the current
+        step with a checkpoint (:class:`~cast_core.errors.Interrupted`); a second aborts at once."""
         cfg = self.config
         last: dict = {}
         deadline = time.monotonic() + 60 * cfg.max_minutes if cfg.max_minutes else math.inf
-        with _Progress(cfg.steps, self.step, self.log, cfg.max_minutes, enabled=self.dist.is_main) as progress, \
-                self.files.open_metrics() as metrics_file:
-            while self.step < cfg.steps:
-                last = self.train_step()
-                # the time budget is rank 0's clock: every process stops at the same step
-                final = self.step == cfg.steps or self.dist.broadcast_object(time.monotonic() >= deadline)
-                if self.step % cfg.log_every == 0 or final:
-                    metrics_file.write(json.dumps(_jsonable(last)) + "\n")
-                    metrics_file.flush()
-                if self.step % cfg.checkpoint_every == 0 or final:
-                    self.save()
-                progress.update(self.step, last)
-                if final and self.step < cfg.steps:
-                    self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
-                    break
+        self.files.lock()
+        try:
+            with _Progress(cfg.steps, self.step, self.log, cfg.max_minutes, enabled=self.dist.is_main) as progress, \
+                    self.files.open_metrics() as metrics_file, GracefulInterrupt(self.log) as interrupt:
+                while self.step < cfg.steps:
+                    last = self.train_step()
+                    # rank 0's clock and Ctrl-C decide for everyone: every process stops at the same step
+                    out_of_time, stop = self.dist.broadcast_object((time.monotonic() >= deadline, interrupt.requested))
+                    final = self.step == cfg.steps or out_of_time or stop
+                    if self.step % cfg.log_every == 0 or final:
+                        metrics_file.write(json.dumps(_jsonable(last)) + "\n")
+                        metrics_file.flush()
+                    if self.step % cfg.checkpoint_every == 0 or final:
+                        self.save()
+                    progress.update(self.step, last)
+                    if stop and self.step < cfg.steps:
+                        raise Interrupted(f"interrupted at step {self.step}; checkpoint written. Continue with "
+                                          f"`cast train --resume {self.run_dir}`")
+                    if final and self.step < cfg.steps:
+                        self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
+                        break
+        finally:
+            self.files.unlock()
         return last
 
     def close(self) -> None:
         """End a multi-process run cleanly: every process waits, then leaves the process group
         (a process that exits while another still talks to it can abort the whole launch)."""
+        self.files.unlock()
         if self.dist.active:
             import torch.distributed as torch_dist
 

@@ -11,4 +11,4 @@ def report_command(run_dir):
     """Write RUN_DIR/report.html (curves, samples, eval-*.json tables, grid-*.png pictures)."""
     from cast_core.report import write_report
 
-    click.echo(str(write_report(run_dir)))
+    click.echo(str(write_report(run_dir, warn=lambda m: click.echo(m, err=True))))

@@ -13,10 +13,10 @@ RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "che
 
 
 def _finished_steps(run_dir: Path) -> int | None:
-    """The step of the run's latest checkpoint, if it has one."""
-    from cast_core.checkpoints import latest_checkpoint
+    """The step of the run's newest intact checkpoint, if it has one."""
+    from cast_core.checkpoints import find_intact_checkpoint
 
-    ckpt = latest_checkpoint(run_dir)
+    ckpt, _ = find_intact_checkpoint(run_dir)
     if ckpt is None:
         return None
     try:
