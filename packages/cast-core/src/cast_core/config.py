@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -54,7 +55,8 @@ class TrainConfig:
     window_kwargs: dict = _f(None, "keyword arguments for the window selector factory", factory=dict)
     decomposer_kwargs: dict = _f(None, "keyword arguments for the decomposer factory (e.g. geneval2's data file)",
                                  factory=dict)
-    prompts: Any = _f(None, "training prompts: a list, a text file (one a line), or 'module:callable'", factory=list)
+    prompts: Any = _f(None, "training prompts: a list, a text file (one a line), 'suite:NAME' (a registered "
+                   "prompt suite) or 'module:callable' (runs code: needs --allow-code-prompts outside a recipe)", factory=list)
     # -- sampling -----------------------------------------------------------------------------
     num_steps: int = _f(10, "denoising steps per image", low=1, high=1000)
     image_size: list | None = _f(None, "[height, width]; unset = the policy's default")
@@ -130,6 +132,16 @@ class TrainConfig:
     def validate(self) -> "TrainConfig":
         for f in fields(self):
             _check(f, getattr(self, f.name))
+        if self.image_size is not None and (
+                not isinstance(self.image_size, (list, tuple)) or len(self.image_size) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in self.image_size)):
+            raise ConfigError(f"config key 'image_size': {self.image_size!r} is not [height, width] in positive pixels, "
+                              "e.g. image_size = [512, 512]")
+        if isinstance(self.prompts, (list, tuple)):
+            bad = next(((i, p) for i, p in enumerate(self.prompts) if not isinstance(p, str) or not p.strip()), None)
+            if bad is not None:
+                raise ConfigError(f"config key 'prompts': item {bad[0]} is {bad[1]!r} ({type(bad[1]).__name__}); prompts "
+                                  'are non-empty text, e.g. prompts = ["a red circle", "two blue squares"]')
         if self.window is None and self.window_start + self.window_size > self.num_steps:
             raise ConfigError(
                 f"window_start={self.window_start} + window_size={self.window_size} exceeds "
@@ -263,7 +275,36 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
-    return data.get("train", data)  # allow a [train] table or top-level keys
+    if "train" in data:  # the [train] table layout: then it must hold every key
+        others = sorted(k for k in data if k != "train")
+        if others:
+            raise ConfigError(f"config file {path}: key(s) {', '.join(others)} sit beside a [train] table and would be "
+                              "ignored; put every key at the top level (the layout of a run's config.toml) or every "
+                              "key inside [train]")
+        if not isinstance(data["train"], dict):
+            raise ConfigError(f"config file {path}:{key_line(path, 'train') or 1}: 'train' must be a table ([train])")
+        return data["train"]
+    return data
+
+
+def key_line(path: str | Path, key: str) -> int | None:
+    """The line of ``path`` where top-level ``key`` is set (for errors that name file and line)."""
+    pattern = re.compile(rf"^\s*(\[\s*)?[\"']?{re.escape(key)}[\"']?\s*(=|\])")
+    try:
+        for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+            if pattern.match(line):
+                return number
+    except OSError:
+        return None
+    return None
+
+
+def update_from_file(config: "TrainConfig", values: Mapping[str, Any], path: str | Path) -> "TrainConfig":
+    """``config.update`` key by key, each error naming ``path:line`` of the key."""
+    for key, value in values.items():
+        line = key_line(path, key)
+        config.update({key: value}, f"{path}:{line}" if line else str(path))
+    return config
 
 
 def dump_toml(values: Mapping[str, Any]) -> str:

@@ -141,7 +141,10 @@ class Trainer:
                                 {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
                                  "heatmap_norm": cfg.heatmap_norm, "atom_credit": cfg.atom_credit})
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
-        self.latent_grid = self.policy.latent_grid(self.image_size)
+        try:
+            self.latent_grid = self.policy.latent_grid(self.image_size)
+        except ValueError as err:  # a size this policy cannot draw: one line, before any prompt is encoded
+            raise ConfigError(f"image_size {list(self.image_size or ())}: policy {cfg.policy!r} says: {err}") from None
         self.dist.shard(cfg.prompts_per_step * cfg.group_size)  # fail now, not at the first step
         self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
                                         device=self.policy_device(), who=f"policy {cfg.policy!r}",

@@ -25,7 +25,7 @@ class PromptParseError(SceneGraphError):
         self.span = prompt[start:end]
         self.reason = reason
         super().__init__(
-            f"cannot read {cut(self.span)!r} in prompt {cut(prompt)!r} (position {start}): {reason}"
+            f"cannot read {cut(self.span)!r} in prompt {cut(prompt)!r} (position {start}): {cut(reason, 240)}"
         )
 
 

@@ -104,7 +104,7 @@ def pretrain_command(workdir, steps, threads, export_path, init_weights, lr, dec
 #: GM, every seed above the base; the recipe as it stands, measured window 6-7 on `train`
 #: prompts: -0.008 ± 0.008; docs/shapes-rl.md). `--set` overrides any of them.
 DEMO_SETTINGS = (
-    'prompts="cast_shapes.suites:train_hard_prompts"',
+    'prompts="suite:train-hard"',
     'window="fixed"', "window_kwargs={start=2, size=2}",
     'scorer_kwargs={count_maps="surplus"}',
 )

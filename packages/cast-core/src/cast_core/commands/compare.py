@@ -7,7 +7,7 @@ import hashlib
 import click
 
 from cast_core.commands.inputs import policy_opt_option
-from cast_core.commands.output import emit_json
+from cast_core.commands.output import check_output, emit_json
 
 
 def _seed_list(ctx, param, value: str) -> list[int]:
@@ -47,6 +47,7 @@ def compare_command(policy, adapter, base_adapter, suite, prompt_file, images_pe
 
     if bool(suite) == bool(prompt_file):
         raise click.UsageError("give exactly one of --suite or --prompts")
+    check_output(out, "--out")
     prompts = get_prompt_suite(suite) if suite else [p for _, p in read_prompt_file(prompt_file)]
     if len(prompts) < 2:
         raise click.UsageError(f"{suite or prompt_file} has {len(prompts)} prompt; a paired difference needs at least 2")

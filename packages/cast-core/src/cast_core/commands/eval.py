@@ -8,7 +8,7 @@ import json
 import click
 
 from cast_core.commands.inputs import policy_opt_option
-from cast_core.commands.output import emit_json
+from cast_core.commands.output import check_output, emit_json, save_result
 
 
 @click.command("eval")
@@ -44,6 +44,8 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
     tables = split_sets(sets, ("policy_kwargs", "scorer_kwargs", "decomposer_kwargs"))
+    check_output(out, "--out")  # before the minutes of sampling, not after
+    check_output(grid, "--grid", image=True)
     atomicity = None
     if benchmark:
         if suite or prompt_file or not data_file:
@@ -69,16 +71,19 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     with progress_bar("sampling and scoring", len(prompts) * images_per_prompt) as progress:
         result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed,
                           progress=progress, atomicity=atomicity)
-    if grid:
-        from cast_core.evaluation import verdict_grid
-
-        verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed).save(grid)
     result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file or f"{benchmark}:{data_file}",
                    "steps": steps, "seed": seed, "prompts_digest": digest, "scorer": scorer})
     if base is not None:
         result["vs_baseline"] = {"file": baseline, "gm_difference": paired_difference(base, result),
                                  "skill_differences": paired_skill_differences(base, result)}
-    if emit_json(result, out, as_json):
+    printed = emit_json(result, out, as_json)  # the result is safe on disk before the grid's extra sampling
+    if grid:
+        from cast_core.evaluation import verdict_grid
+
+        picture = verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps,
+                               seed=seed)
+        save_result(grid, picture.save)
+    if printed:
         return
     if benchmark == "geneval2":
         _geneval2_table(result)

@@ -31,20 +31,44 @@ def read_prompt_file(path: str | Path) -> list[tuple[str, str]]:
     return out
 
 
+#: the largest image ``cast score`` decodes (8192 x 8192): a few-KB file can claim billions of
+#: pixels (a decompression bomb), and a judge resizes far below this anyway
+MAX_IMAGE_PIXELS = 8192 * 8192
+
+
 def load_image(path: str | Path):
-    """An image file as a float tensor ``[3, H, W]`` in ``[0, 1]`` (alpha dropped, grey expanded)."""
+    """An image file as a float tensor ``[3, H, W]`` in ``[0, 1]`` (alpha dropped, grey expanded).
+    Missing, truncated, corrupt and oversized files are one-line input errors naming the file."""
+    import warnings
+
     import numpy as np
     import torch
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
+    previous = Image.MAX_IMAGE_PIXELS
     try:
-        with Image.open(path) as img:
-            rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+        Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                if img.width * img.height > MAX_IMAGE_PIXELS:
+                    raise Image.DecompressionBombError("size")
+                rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
     except FileNotFoundError:
         raise InputError(f"image {path} does not exist") from None
+    except IsADirectoryError:
+        raise InputError(f"{path} is a directory; pass image files (e.g. {path}/*.png)") from None
     except UnidentifiedImageError:
         raise InputError(f"{path} is not an image Pillow can read (PNG, JPEG, WebP, ...)") from None
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise InputError(f"{path} declares more than {MAX_IMAGE_PIXELS:,} pixels (8192 x 8192); refusing to decode it "
+                         "(a decompression bomb, or an image to downscale first)") from None
+    except (OSError, SyntaxError, ValueError) as err:  # truncated or corrupt data (PIL raises all three)
+        raise InputError(f"{path} is damaged and cannot be decoded ({str(err).splitlines()[0][:120] if str(err) else type(err).__name__}); "
+                         "re-export or re-download it") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = previous
     return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
 
 

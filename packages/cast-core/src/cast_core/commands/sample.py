@@ -24,10 +24,12 @@ def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opt
     from PIL import Image
 
     from cast_core.commands.inputs import load_adapter_option, policy_kwargs
+    from cast_core.commands.output import check_output, save_result
     from cast_core.registry import get_policy
     from cast_core.sampling import ode_images
     from cast_core.viz import _to_pil
 
+    check_output(out, "--out", image=True)  # before the sampling, not after
     pol = get_policy(policy, **policy_kwargs(policy_opts, sets))
     if adapter:
         load_adapter_option(pol, adapter)
@@ -37,5 +39,4 @@ def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opt
     canvas = Image.new("RGB", (sum(t.width for t in tiles), tiles[0].height), "white")
     for i, t in enumerate(tiles):
         canvas.paste(t, (i * t.width, 0))
-    canvas.save(out)
-    click.echo(out)
+    click.echo(str(save_result(out, canvas.save)))

@@ -25,9 +25,28 @@ def _finished_steps(run_dir: Path) -> int | None:
         return None
 
 
+def check_code_prompts(cfg, allowed: bool, source: str) -> None:
+    """Refuse ``prompts = "module:callable"`` unless it is the recipe's own value (installed code)
+    or the user passed --allow-code-prompts: a config file must not run code by itself."""
+    from cast_core.config import ConfigError
+    from cast_core.prompts import is_code_spec
+    from cast_core.registry import get_recipe
+
+    if allowed or not is_code_spec(cfg.prompts):
+        return
+    try:
+        recipe_value = get_recipe(cfg.recipe).settings.get("prompts") if cfg.recipe else None
+    except Exception:  # noqa: BLE001 - an uninstalled recipe vouches for nothing
+        recipe_value = None
+    if cfg.prompts != recipe_value:
+        raise ConfigError(f"{source}: prompts = {cfg.prompts!r} would import and run code from module "
+                          f"{cfg.prompts.partition(':')[0]!r}; pass --allow-code-prompts if you trust it, or give "
+                          "a prompt file, a list, or suite:NAME (see `cast plugins` for the suites)")
+
+
 def build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps):
     """Defaults → recipe → --config → --set → explicit flags; validated."""
-    from cast_core.config import TrainConfig, load_toml, parse_set
+    from cast_core.config import TrainConfig, load_toml, parse_set, update_from_file
     from cast_core.registry import get_recipe, list_components
 
     cfg = TrainConfig()
@@ -44,7 +63,7 @@ def build_config(plugin, policy, scorer, window, decomposer, projector, config_f
     user: set[str] = set()  # keys the user set (file or --set), to refuse those the run would ignore
     if config_file:
         values = load_toml(config_file)
-        cfg.update(values, str(config_file))
+        update_from_file(cfg, values, config_file)
         user |= set(values)
     values = parse_set(list(sets))
     cfg.update(values, "--set")
@@ -75,14 +94,17 @@ def build_config(plugin, policy, scorer, window, decomposer, projector, config_f
 @click.option("--steps", type=int, help="Training steps.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory (default: runs/<recipe>-<time>).")
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), help="Continue the run in this directory.")
+@click.option("--allow-code-prompts", is_flag=True,
+              help="Let prompts = \"module:callable\" (from --config, --set or a resumed config.toml) import and "
+                   "run that code. Recipes may name their own without it.")
 @click.option("--num-processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Train with N local processes (torch.distributed; gloo on CPU). Multi-GPU and multi-node: "
                    "run `cast train` under accelerate launch or torchrun (docs/distributed.md).")
 def train_command(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps, out, resume_dir,
-                  num_processes):
+                  allow_code_prompts, num_processes):
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
-    from cast_core.config import TrainConfig, load_toml, parse_set
+    from cast_core.config import TrainConfig, load_toml, parse_set, update_from_file
     from cast_core.launch import in_distributed_launch, launch_local
 
     if num_processes > 1 and not in_distributed_launch():
@@ -103,7 +125,8 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
     if resume_dir:
         if any(x is not None for x in (plugin, policy, scorer, window, decomposer, projector, config_file, out)):
             raise click.UsageError("--resume continues a run as configured; only --steps and --set may change")
-        cfg = TrainConfig().update(load_toml(Path(resume_dir) / "config.toml"), f"{resume_dir}/config.toml")
+        cfg = update_from_file(TrainConfig(), load_toml(Path(resume_dir) / "config.toml"), Path(resume_dir) / "config.toml")
+        check_code_prompts(cfg, allow_code_prompts, f"{resume_dir}/config.toml")
         changes = parse_set(list(sets))
         fixed = sorted(k for k in changes if k.split(".")[0] not in RESUMABLE)
         if fixed:  # the run's maths and components are what its checkpoints were trained with
@@ -123,12 +146,14 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
         run_dir = Path(resume_dir)
     else:
         cfg = build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps)
+        check_code_prompts(cfg, allow_code_prompts, "config key 'prompts'")
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
     trainer = Trainer(cfg.validate(), run_dir, resume=bool(resume_dir))
     first, skipped_before = trainer.step, trainer.counters["skipped_updates"]
     last = trainer.run()
     trainer.close()
     if not trainer.dist.is_main:
+        _worker_exit()
         return
     ran, skipped = trainer.step - first, trainer.counters["skipped_updates"] - skipped_before
     if ran and skipped == ran:  # nothing was learned: a run that "succeeds" like this hides a broken judge
@@ -140,13 +165,33 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
                    f"AM {last.get('reward_am', float('nan')):.4f}; skipped updates {trainer.counters['skipped_updates']}")
 
 
+def _worker_exit() -> None:
+    """End a worker rank of a finished multi-process run without C++ teardown. Why: after the
+    last barrier and destroy_process_group, a gloo worker sometimes dies at interpreter exit with
+    "terminate called without an active exception" (SIGABRT; four sightings, docs/testing.md),
+    and the launcher then reports a failed run although every step and checkpoint was done.
+    Nothing is left to do on a worker at this point: flush and leave."""
+    import os
+    import sys
+
+    from cast_core.launch import in_distributed_launch
+
+    if in_distributed_launch():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def _argv_without_num_processes(ctx: click.Context) -> list[str]:
     """The ``cast train`` arguments rebuilt from the parsed options, minus ``--num-processes``
     (the children are the processes)."""
     flags = {"config_file": "--config", "sets": "--set", "resume_dir": "--resume"}
     args = ["train"]
     for name, value in ctx.params.items():
-        if name == "num_processes" or value is None or value == ():
+        if name == "num_processes" or value is None or value == () or value is False:
+            continue
+        if value is True:  # an on/off flag
+            args.append("--" + name.replace("_", "-"))
             continue
         for v in (value if isinstance(value, tuple) else (value,)):
             args += [flags.get(name, "--" + name.replace("_", "-")), str(v)]
