@@ -44,10 +44,10 @@ mutate: install
 
 # The main job: CAST on the built-in shapes world for a few minutes, base vs trained on the
 # held-out hard prompts, and runs/demo-*/report.html.
-DEMO_MINUTES ?= 6
+DEMO_ARGS ?=
 demo: install
 	$(BIN)/cast plugins
-	$(BIN)/cast shapes demo --minutes $(DEMO_MINUTES)
+	$(BIN)/cast shapes demo $(DEMO_ARGS)
 
 bench: install
 	$(BIN)/python benchmarks/cli_startup.py

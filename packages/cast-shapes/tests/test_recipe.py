@@ -43,7 +43,7 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
             "--set", 'window="fixed"', "--set", "window_kwargs={start=1, size=2}"]
     out = CliRunner().invoke(demo_command, args)
     assert out.exit_code == 0, out.output
-    assert "after 1 steps (2 images)" in out.output  # --set steps=1 wins over the time budget
+    assert "trained 1 steps (2 images; a fixed length: the same run on every machine)" in out.output
     assert "(float32)" in out.output  # the default; bf16 is only suggested where it is native
     assert ('--set precision="bf16"' in out.output) == bf16_is_fast("cpu")
     comparison = json.loads((run / "comparison.json").read_text())
@@ -64,8 +64,39 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert set(comparison["skill_differences"]) <= set(base["by_skill"])
     assert "paired GM difference" in out.output and "by skill" in out.output
     adapter = run / "checkpoints" / "step-00001" / "adapter"
-    assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-hard --seeds 6-15" in out.output
+    assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-test --seeds 6-25" in out.output
     html = (run / "report.html").read_text()
     assert "Paired GM difference" in html and "evaluation seeds 0, 5 pooled" in html and "Per evaluation seed" in html
     assert "Mean over the 2 seeds" in html
     assert "Paired GM difference" in html and (run / "grid-base.png").is_file() and (run / "grid-trained.png").is_file()
+
+
+def _demo(tmp_path, name, *extra):
+    from click.testing import CliRunner
+
+    from cast_shapes.commands import demo_command
+
+    run = tmp_path / name
+    args = ["--out", str(run), "-k", "1", "--eval-prompts", "2", "--eval-seeds", "0,1", "--set", "group_size=2",
+            "--set", "prompts_per_step=1", "--set", "num_steps=4", *extra]
+    out = CliRunner().invoke(demo_command, args)
+    assert out.exit_code == 0, out.output
+    return run, out.output.replace(str(run), "RUN")
+
+
+def test_same_seed_same_machine_gives_the_same_adapter_and_numbers(tmp_path):
+    """Issue 25: a fixed length makes the demo a function of its seed, not of the machine's load."""
+    import hashlib
+
+    (a, out_a), (b, out_b) = _demo(tmp_path, "a", "--steps", "3"), _demo(tmp_path, "b", "--steps", "3")
+    files = lambda run: {p.name: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
+                         for p in (run / "checkpoints" / "step-00003" / "adapter").iterdir()}
+    assert files(a) == files(b) and files(a)
+    numbers = lambda out: [line for line in out.splitlines() if "img/s" not in line]  # noqa: E731 - speed differs
+    assert numbers(out_a) == numbers(out_b) and "trained 3 steps (6 images; a fixed length" in out_a
+    assert any("mean over the 2 seeds" in line for line in numbers(out_a))
+
+
+def test_a_time_budget_is_opt_in_and_the_verdict_says_it_set_the_length(tmp_path):
+    _, out = _demo(tmp_path, "t", "--minutes", "0.0001")
+    assert "time budget" in out and "the --minutes budget, not the recipe, set this length" in out

@@ -127,6 +127,9 @@ class TrainConfig:
     sample_every: int = _f(10, "write a sample grid every N steps; 0 = never", low=0, high=1_000_000)
     checkpoint_every: int = _f(10, "checkpoint every N steps", low=1, high=1_000_000)
     keep_checkpoints: int = _f(3, "checkpoints kept (oldest deleted)", low=1, high=1000)
+    log_with: Any = _f(None, "experiment trackers through accelerate, e.g. \"tensorboard\" or [\"tensorboard\", "
+                             "\"wandb\"] (metrics.jsonl is written either way)", factory=list)
+    tracker_project: str = _f("", "the trackers' project / run name (default: the run directory's name)")
 
     # -------------------------------------------------------------------------------------------
     def validate(self) -> "TrainConfig":

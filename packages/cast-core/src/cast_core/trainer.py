@@ -39,6 +39,7 @@ from cast_core.conditioning import PromptCache, select_rows
 from cast_core.config import ConfigError, TrainConfig
 from cast_core.distributed import Distributed
 from cast_core.errors import CastError, Interrupted
+from cast_core import trackers
 from cast_core.interrupt import GracefulInterrupt
 from cast_core.judging import GroupVerdict, Judge, reward_stats
 from cast_core.launch import in_distributed_launch
@@ -114,7 +115,12 @@ class Trainer:
 
         # mixed precision is ours (cast_core.precision), not accelerate's process-global one
         # several processes without a GPU: accelerate must be told to use gloo on the CPU
-        self.accelerator = Accelerator(cpu=cfg.cpu or (in_distributed_launch() and not torch.cuda.is_available()))
+        try:
+            self.accelerator = Accelerator(cpu=cfg.cpu or (in_distributed_launch() and not torch.cuda.is_available()),
+                                           **trackers.accelerator_kwargs(cfg.log_with, run_dir))
+        except ValueError as err:  # accelerate refuses unknown tracker names
+            raise ConfigError(f"config key 'log_with': {err}") from None
+        trackers.check_available(self.accelerator, cfg.log_with)
         self.dist = Distributed(self.accelerator)
         main_log = log or (lambda msg: print(msg, file=sys.stderr))
         self.log = main_log if self.dist.is_main else (lambda msg: None)
@@ -458,6 +464,7 @@ class Trainer:
         last: dict = {}
         deadline = time.monotonic() + 60 * cfg.max_minutes if cfg.max_minutes else math.inf
         self.files.lock()
+        trackers.start(self.accelerator, cfg.tracker_project or self.run_dir.name, cfg.to_dict())
         try:
             with _Progress(cfg.steps, self.step, self.log, cfg.max_minutes, enabled=self.dist.is_main) as progress, \
                     self.files.open_metrics() as metrics_file, GracefulInterrupt(self.log) as interrupt:
@@ -469,6 +476,7 @@ class Trainer:
                     if self.step % cfg.log_every == 0 or final:
                         metrics_file.write(json.dumps(_jsonable(last)) + "\n")
                         metrics_file.flush()
+                        trackers.log(self.accelerator, last, self.step)
                     if self.step % cfg.checkpoint_every == 0 or final:
                         self.save()
                     progress.update(self.step, last)
@@ -479,6 +487,7 @@ class Trainer:
                         self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
                         break
         finally:
+            trackers.finish(self.accelerator)
             self.files.unlock()
         return last
 
@@ -608,6 +617,9 @@ class _Progress:
         total = self.expected_total(step)
         if self.minutes:
             info += f" {(time.monotonic() - self.t0) / 60:.1f}/{self.minutes:g} min"
+        elif not self.tty and step > self.done:  # the bar shows its own time left
+            left = (time.monotonic() - self.t0) / (step - self.done) * (total - step)
+            info += f" ETA {int(left // 60)}m{int(left % 60):02d}s"
         if self.tty:
             self.bar.update(self.task, total=total, completed=step, info=info)
         else:

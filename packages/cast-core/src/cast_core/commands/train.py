@@ -9,7 +9,8 @@ import click
 
 DEFAULT_RECIPES = ("shapes", "cast")  # the first one installed is used when --plugin is not given
 #: what --resume may change: how long and how often, never what is trained or how
-RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "checkpoint_every", "keep_checkpoints"})
+RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "checkpoint_every", "keep_checkpoints",
+                       "log_with", "tracker_project"})
 
 
 def _finished_steps(run_dir: Path) -> int | None:
