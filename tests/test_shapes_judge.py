@@ -1,0 +1,37 @@
+"""The learned shapes judge end to end (issue 26, first part): trained a few steps from scratch,
+resumed, exported as a Qwen3-VL checkpoint directory, and loaded by cast-rewards' soft-tifa
+unchanged, which scores world images with it and draws heatmaps on its 4 × 4 token grid."""
+
+import torch
+
+from cast_shapes.judge_data import heldout_examples
+from cast_shapes.judge_model import build_processor
+from cast_shapes.judge_train import batch_for_step, encode, export, train
+
+
+def test_train_resume_export_and_soft_tifa_loads_it(tmp_path):
+    from cast_rewards.soft_tifa import SoftTifaScorer
+    from cast_shapes.grammar import graph_for_prompt
+
+    work = tmp_path / "work"
+    train(work, 2, batch=8, eval_every=2, log=lambda m: None)
+    train(work, 3, batch=8, eval_every=1, log=lambda m: None)  # resumes at step 2
+    assert torch.load(work / "state.pt", weights_only=True)["step"] == 3
+    judge = export(work, tmp_path / "shapes-judge")
+    scorer = SoftTifaScorer(path=str(judge), device="cpu", torch_dtype=torch.float32)
+    e = heldout_examples(2)[0]
+    g = graph_for_prompt(e.prompt)
+    out = scorer.score(torch.from_numpy(e.image).float()[None] / 255, [g], heatmaps=True)
+    assert out.scores[0].shape == (len(g.atoms),) and bool(((out.scores[0] >= 0) & (out.scores[0] <= 1)).all())
+    assert out.heatmaps[0].shape == (len(g.atoms), 32, 32)
+
+
+def test_one_token_per_8_pixels_and_batches_are_reproducible():
+    processor = build_processor()
+    enc = encode(processor, batch_for_step(0, 7, 4))
+    assert enc["image_grid_thw"].tolist() == [[1, 8, 8]] * 4  # 8x8 patches of 4 px, merged 2x2: 4x4 tokens
+    image_tokens = (enc["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum(1)
+    assert image_tokens.tolist() == [16] * 4
+    assert "[UNK]" not in processor.tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    a, b = batch_for_step(0, 7, 16), batch_for_step(0, 7, 16)
+    assert [(x.prompt, x.question, x.answer) for x in a] == [(x.prompt, x.question, x.answer) for x in b]
