@@ -164,7 +164,8 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
     every = max(1, plan_.steps // 8)
 
     def quiet(line: str) -> None:  # the trainer's step lines, thinned to about eight per run
-        if not line.startswith("step ") or line.split()[1].split("/")[0].isdigit() and int(line.split()[1].split("/")[0]) % every == 0:
+        done = line.split()[1].split("/")[0] if line.startswith("step ") else ""
+        if not done.isdigit() or int(done) % every == 0:
             log(f"    {line}")
 
     Trainer(cfg, run, resume=run.exists(), log=quiet).run()
