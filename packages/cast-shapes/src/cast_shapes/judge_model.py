@@ -24,7 +24,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 QUESTION_WORDS = ("Are", "Is", "How", "there", "any", "in", "the", "image", "many", "are", "of", "Answer", "one",
-                  "word", "user", "assistant", "system", "What", "is", "this", "?", ".", ",")
+                  "word", "user", "assistant", "system", "What", "is", "this", "?", ".", ",",
+                  "Write", "a", "general", "description")  # the last: soft-tifa's default baseline question
 #: the model's width; the defaults give about 2.5M parameters
 SIZES = {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "mlp": 384, "vision_hidden": 64, "vision_depth": 2}
 

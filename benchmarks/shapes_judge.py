@@ -1,0 +1,136 @@
+"""The learned shapes judge measured against the oracle (issue 26): answer accuracy per atom kind,
+calibration of the soft score, and where its heatmaps point, for each choice in soft-tifa's
+heatmap recipe (layer band, sink removal, baseline division) against a uniform map.
+
+Every held-out scene (``heldout`` split: compositions the judge never saw) is asked its own
+prompt's atoms and a distractor prompt's atoms, through cast-rewards' ``soft-tifa`` unchanged.
+The oracle's verdicts are the truth; the oracle's masks (the pixels of the objects each atom is
+about) are where a map should point.
+
+* accuracy: the soft score >= 0.5 agrees with the oracle's verdict (count: the number is right);
+* calibration: truth frequency per soft-score decile, and the expected calibration error;
+* pointing, on atoms whose mask is not empty: the share of heatmap mass inside the mask, and the
+  pointing game (the map's peak pixel inside the mask). A uniform map's share is the mask's area.
+
+Run: ``python benchmarks/shapes_judge.py --judge DIR [--scenes N] [--json FILE] [--figure PNG]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+
+import numpy as np
+import torch
+
+RECIPES = {  # soft-tifa keyword arguments: the recipe choice each row changes
+    "default (layers 0.5-0.85, sinks, baseline)": {},
+    "no sink removal": {"sink_factor": math.inf},
+    "no baseline division": {"baseline_question": None},
+    "all layers": {"heatmap_layers": (0.0, 1.0)},
+    "late layers (0.75-1.0)": {"heatmap_layers": (0.75, 1.0)},
+}
+
+
+def scenes(n: int, seed: int = 4321):
+    """``(image float [3, H, W], [(graph, own)], layout)`` for ``n`` held-out scenes."""
+    from cast_shapes.grammar import scene_to_graph
+    from cast_shapes.render import render
+    from cast_shapes.suites import sample_scene_in_split
+    from cast_shapes.world import sample_layout
+
+    rng = random.Random(seed)
+    for _ in range(n):
+        scene = sample_scene_in_split(rng, "heldout", rng.randint(4, 8))
+        layout = sample_layout(scene, rng)
+        distractor = sample_scene_in_split(rng, "heldout")
+        yield (torch.from_numpy(render(layout)).float() / 255, [(scene_to_graph(scene), True),
+                                                                (scene_to_graph(distractor), False)], layout)
+
+
+def oracle(graph, layout):
+    """Per atom: (truth, mask [H, W] bool)."""
+    from cast_shapes.render import object_masks
+    from cast_shapes.semantics import detections_from_layout, evaluate
+
+    masks = object_masks(layout).astype(bool)
+    out = []
+    for atom, r in zip(graph.atoms, evaluate(graph, detections_from_layout(layout))):
+        truth = r.score >= 1 - 1e-9 if atom.kind == "count" else r.verdict
+        mask = np.any(masks[list(r.members)], axis=0) if r.members else np.zeros(masks.shape[1:], bool)
+        out.append((truth, mask))
+    return out
+
+
+def measure(judge: str, n_scenes: int) -> dict:
+    from cast_rewards.soft_tifa import SoftTifaScorer
+
+    data = list(scenes(n_scenes))
+    truth = [[oracle(g, layout) for g, _ in graphs] for _, graphs, layout in data]
+    result: dict = {"judge": judge, "scenes": n_scenes, "recipes": {}}
+    for name, kwargs in RECIPES.items():
+        scorer = SoftTifaScorer(path=judge, device="cpu", torch_dtype=torch.float32, **kwargs)
+        acc: dict[str, list[bool]] = {}
+        calib: list[tuple[float, bool]] = []
+        inside: dict[str, list[float]] = {}
+        hit: dict[str, list[bool]] = {}
+        uniform: dict[str, list[float]] = {}
+        for (image, graphs, _), oracles in zip(data, truth):
+            for (graph, own), atoms in zip(graphs, oracles):
+                out = scorer.score(image[None], [graph], heatmaps=True)
+                for atom, s, h, (t, mask) in zip(graph.atoms, out.scores[0].tolist(), out.heatmaps[0], atoms):
+                    acc.setdefault(atom.kind, []).append((s >= 0.5) == t)
+                    calib.append((s, t))
+                    if own and mask.any():
+                        h = h.clamp_min(0).numpy()
+                        inside.setdefault(atom.kind, []).append(float((h * mask).sum() / max(h.sum(), 1e-12)))
+                        peak = np.unravel_index(int(h.argmax()), h.shape)
+                        hit.setdefault(atom.kind, []).append(bool(mask[peak]))
+                        uniform.setdefault(atom.kind, []).append(float(mask.mean()))
+        bins = []
+        for b in range(10):
+            part = [t for s, t in calib if b / 10 <= s < (b + 1) / 10 or (b == 9 and s == 1.0)]
+            if part:
+                mean_s = float(np.mean([s for s, t in calib if b / 10 <= s < (b + 1) / 10 or (b == 9 and s == 1.0)]))
+                bins.append({"bin": b, "n": len(part), "mean_score": mean_s, "truth_rate": float(np.mean(part))})
+        ece = sum(x["n"] * abs(x["mean_score"] - x["truth_rate"]) for x in bins) / max(1, len(calib))
+        result["recipes"][name] = {
+            "accuracy": {k: float(np.mean(v)) for k, v in sorted(acc.items())},
+            "calibration": bins, "ece": ece,
+            "mass_inside": {k: float(np.mean(v)) for k, v in sorted(inside.items())},
+            "pointing_game": {k: float(np.mean(v)) for k, v in sorted(hit.items())},
+            "uniform_mass_inside": {k: float(np.mean(v)) for k, v in sorted(uniform.items())},
+        }
+    return result
+
+
+def table(result: dict) -> str:
+    lines = [f"judge {result['judge']}, {result['scenes']} held-out scenes (own + distractor prompts)"]
+    first = next(iter(result["recipes"].values()))
+    lines.append("answer accuracy: " + "  ".join(f"{k} {v:.3f}" for k, v in first["accuracy"].items())
+                 + f"  (ECE {first['ece']:.3f})")
+    kinds = list(first["mass_inside"])
+    lines.append(f"{'heatmap recipe':44s} " + " ".join(f"{k + ' in/peak':>22s}" for k in kinds))
+    lines.append(f"{'uniform map':44s} " + " ".join(f"{first['uniform_mass_inside'][k]:>13.3f} {'-':>8s}" for k in kinds))
+    for name, r in result["recipes"].items():
+        lines.append(f"{name:44s} " + " ".join(f"{r['mass_inside'][k]:>13.3f} {r['pointing_game'][k]:>8.3f}" for k in kinds))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--judge", required=True, help="the exported judge directory (cast shapes train-judge --export)")
+    ap.add_argument("--scenes", type=int, default=200)
+    ap.add_argument("--json", help="write the result here")
+    args = ap.parse_args()
+    result = measure(args.judge, args.scenes)
+    print(table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
