@@ -12,7 +12,8 @@ about) are where a map should point.
 * pointing, on atoms whose mask is not empty: the share of heatmap mass inside the mask, and the
   pointing game (the map's peak pixel inside the mask). A uniform map's share is the mask's area.
 
-Run: ``python benchmarks/shapes_judge.py --judge DIR [--scenes N] [--json FILE] [--figure PNG]``.
+Run: ``python benchmarks/shapes_judge.py --judge DIR [--scenes N] [--json FILE] [--figure PNG]``;
+the figure puts the oracle's mask beside the judge's map for a few atoms of four scenes.
 """
 
 from __future__ import annotations
@@ -106,6 +107,42 @@ def measure(judge: str, n_scenes: int) -> dict:
     return result
 
 
+def figure(judge: str, path: str, n_scenes: int = 4, scale: int = 4) -> None:
+    """Rows of held-out scenes; per own object/attribute/relation atom, the oracle's mask beside
+    the judge's map (default recipe), under the image, with the atom's question and score."""
+    from PIL import Image, ImageDraw
+
+    from cast_rewards.soft_tifa import SoftTifaScorer
+
+    scorer = SoftTifaScorer(path=judge, device="cpu", torch_dtype=torch.float32)
+    rows = []
+    for image, graphs, layout in scenes(n_scenes, seed=99):
+        graph = graphs[0][0]
+        out = scorer.score(image[None], [graph], heatmaps=True)
+        atoms = [(a, s, h, m) for a, s, h, (_, m) in zip(graph.atoms, out.scores[0].tolist(), out.heatmaps[0],
+                                                        oracle(graph, layout)) if m.any() and a.kind != "count"][:4]
+        rows.append((image, graph.prompt, atoms))
+    cell = 32 * scale
+    width = cell * (1 + 2 * max(len(a) for _, _, a in rows)) + 8
+    canvas = Image.new("RGB", (width, len(rows) * (cell + 30)), "white")
+    d = ImageDraw.Draw(canvas)
+
+    def tile(arr):
+        return Image.fromarray(arr).resize((cell, cell), Image.NEAREST)
+
+    for r, (image, prompt, atoms) in enumerate(rows):
+        y = r * (cell + 30)
+        d.text((2, y + 2), prompt[:110], fill=(0, 0, 0))
+        canvas.paste(tile((image.permute(1, 2, 0).numpy() * 255).astype(np.uint8)), (0, y + 14))
+        for k, (atom, score, heat, mask) in enumerate(atoms):
+            x = cell * (1 + 2 * k) + 4
+            canvas.paste(tile((mask * 255).astype(np.uint8)), (x, y + 14))
+            h = heat.clamp_min(0).numpy()
+            canvas.paste(tile((h / max(h.max(), 1e-12) * 255).astype(np.uint8)), (x + cell, y + 14))
+            d.text((x, y + 14 + cell), f"{atom.id} {atom.kind} {score:.2f}", fill=(0, 0, 160))
+    canvas.save(path)
+
+
 def table(result: dict) -> str:
     lines = [f"judge {result['judge']}, {result['scenes']} held-out scenes (own + distractor prompts)"]
     first = next(iter(result["recipes"].values()))
@@ -124,12 +161,15 @@ def main() -> None:
     ap.add_argument("--judge", required=True, help="the exported judge directory (cast shapes train-judge --export)")
     ap.add_argument("--scenes", type=int, default=200)
     ap.add_argument("--json", help="write the result here")
+    ap.add_argument("--figure", help="draw oracle masks beside the judge's maps here (PNG)")
     args = ap.parse_args()
     result = measure(args.judge, args.scenes)
     print(table(result))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    if args.figure:
+        figure(args.judge, args.figure)
 
 
 if __name__ == "__main__":

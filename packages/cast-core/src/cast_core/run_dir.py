@@ -109,7 +109,10 @@ class RunDirectory:
         fd = getattr(self, "_lock_fd", None)
         if fd is not None:
             self._lock_fd = None
-            os.close(fd)  # closing the descriptor releases the lock
+            try:
+                os.close(fd)  # closing the descriptor releases the lock
+            except OSError:  # already closed (e.g. at interpreter exit): the lock is gone with it
+                pass
 
     def __del__(self):
         self.unlock()
