@@ -24,6 +24,29 @@ def test_train_resume_export_and_soft_tifa_loads_it(tmp_path):
     out = scorer.score(torch.from_numpy(e.image).float()[None] / 255, [g], heatmaps=True)
     assert out.scores[0].shape == (len(g.atoms),) and bool(((out.scores[0] >= 0) & (out.scores[0] <= 1)).all())
     assert out.heatmaps[0].shape == (len(g.atoms), 32, 32)
+    # the registered `shapes-judge` scorer is soft-tifa on the shipped directory (here: this one)
+    import cast_shapes.judge_scorer as shipped
+    from cast_core.registry import get_atom_scorer
+
+    shipped_dir = shipped.JUDGE_DIR
+    try:
+        shipped.JUDGE_DIR = judge
+        again = get_atom_scorer("shapes-judge").score(torch.from_numpy(e.image).float()[None] / 255, [g])
+        assert torch.allclose(again.scores[0], out.scores[0], atol=1e-6)
+    finally:
+        shipped.JUDGE_DIR = shipped_dir
+
+
+def test_shapes_judge_says_it_is_not_shipped_yet(tmp_path, monkeypatch):
+    import pytest
+
+    import cast_shapes.judge_scorer as shipped
+    from cast_core.config import ConfigError
+    from cast_core.registry import get_atom_scorer
+
+    monkeypatch.setattr(shipped, "JUDGE_DIR", tmp_path / "none")
+    with pytest.raises(ConfigError, match="no trained shapes judge ships .* `cast shapes train-judge --export DIR`"):
+        get_atom_scorer("shapes-judge")
 
 
 def test_one_token_per_8_pixels_and_batches_are_reproducible():

@@ -83,6 +83,11 @@ def register_atom_scorers(register):
         lazy("cast_shapes.oracle:ShapesOracleScorer"),
         description="exact per-atom verdicts and object masks for shapes-world images, from pixels",
     )
+    register(
+        "shapes-judge",
+        lazy("cast_shapes.judge_scorer:shapes_judge"),
+        description="soft-tifa on the learned shapes judge (a tiny Qwen3-VL); not shipped yet: issue 26",
+    )
 
 
 @hookimpl
