@@ -68,6 +68,9 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     record["window_measurements"] = ProbeSelector.calls
     record["decomposed"] = decomposed
     Path(out, f"rank{record['rank']}.json").write_text(json.dumps(record))
+    from cast_core.distributed import leave_without_teardown
+
+    leave_without_teardown()  # as `cast train` does: skip the gloo teardown that can abort
 
 
 if __name__ == "__main__":

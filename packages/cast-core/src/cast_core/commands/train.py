@@ -154,7 +154,9 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
     last = trainer.run()
     trainer.close()
     if not trainer.dist.is_main:
-        _worker_exit()
+        from cast_core.distributed import leave_without_teardown
+
+        leave_without_teardown()  # a worker has nothing left to do (docs/testing.md)
         return
     ran, skipped = trainer.step - first, trainer.counters["skipped_updates"] - skipped_before
     if ran and skipped == ran:  # nothing was learned: a run that "succeeds" like this hides a broken judge
@@ -164,23 +166,6 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
     if last:
         click.echo(f"step {trainer.step}: reward GM {last.get('reward_gm', float('nan')):.4f} "
                    f"AM {last.get('reward_am', float('nan')):.4f}; skipped updates {trainer.counters['skipped_updates']}")
-
-
-def _worker_exit() -> None:
-    """End a worker rank of a finished multi-process run without C++ teardown. Why: after the
-    last barrier and destroy_process_group, a gloo worker sometimes dies at interpreter exit with
-    "terminate called without an active exception" (SIGABRT; four sightings, docs/testing.md),
-    and the launcher then reports a failed run although every step and checkpoint was done.
-    Nothing is left to do on a worker at this point: flush and leave."""
-    import os
-    import sys
-
-    from cast_core.launch import in_distributed_launch
-
-    if in_distributed_launch():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
 
 
 def _argv_without_num_processes(ctx: click.Context) -> list[str]:
