@@ -92,10 +92,10 @@ def measure(judge: str, n_scenes: int) -> dict:
                         uniform.setdefault(atom.kind, []).append(float(mask.mean()))
         bins = []
         for b in range(10):
-            part = [t for s, t in calib if b / 10 <= s < (b + 1) / 10 or (b == 9 and s == 1.0)]
+            part = [(s, t) for s, t in calib if min(int(s * 10), 9) == b]  # deciles; a score of 1 is in the last
             if part:
-                mean_s = float(np.mean([s for s, t in calib if b / 10 <= s < (b + 1) / 10 or (b == 9 and s == 1.0)]))
-                bins.append({"bin": b, "n": len(part), "mean_score": mean_s, "truth_rate": float(np.mean(part))})
+                bins.append({"bin": b, "n": len(part), "mean_score": float(np.mean([s for s, _ in part])),
+                             "truth_rate": float(np.mean([t for _, t in part]))})
         ece = sum(x["n"] * abs(x["mean_score"] - x["truth_rate"]) for x in bins) / max(1, len(calib))
         result["recipes"][name] = {
             "accuracy": {k: float(np.mean(v)) for k, v in sorted(acc.items())},

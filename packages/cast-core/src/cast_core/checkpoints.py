@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -101,11 +101,21 @@ def verify_checkpoint(path: str | Path) -> str | None:
     return None
 
 
+def step_of(path: str | Path) -> int:
+    """The step a ``step-N`` checkpoint directory holds, from its name."""
+    return int(_STEP_DIR.match(Path(path).name).group(1))
+
+
+def verified_checkpoints(run_dir: str | Path) -> Iterator[tuple[Path, str | None]]:
+    """Every ``step-N`` directory, newest first, with why it is not intact (None when it is)."""
+    for path in reversed(step_dirs(run_dir)):
+        yield path, verify_checkpoint(path)
+
+
 def find_intact_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
     """The newest checkpoint that verifies, and the newer ones skipped with the reason each."""
     skipped = []
-    for path in reversed(step_dirs(run_dir)):
-        why = verify_checkpoint(path)
+    for path, why in verified_checkpoints(run_dir):
         if why is None:
             return path, skipped
         skipped.append((path, why))

@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from cast_core.checkpoints import load_checkpoint, save_checkpoint, step_dirs, verify_checkpoint
+from cast_core.checkpoints import load_checkpoint, save_checkpoint, verified_checkpoints
 from cast_core.conditioning import PromptCache, select_rows
 from cast_core.config import ConfigError, TrainConfig
 from cast_core.distributed import Distributed
@@ -249,8 +249,7 @@ class Trainer:
         With checkpoints on disk but none usable, refuse: restarting from step 0 would overwrite
         the run's adapters with an untrained one."""
         skipped: list[tuple[Path, str]] = []
-        for ckpt in reversed(step_dirs(self.run_dir)):
-            why = verify_checkpoint(ckpt)
+        for ckpt, why in verified_checkpoints(self.run_dir):
             if why is None:
                 try:
                     state, tensors = load_checkpoint(ckpt, self.policy, self.optimizer)

@@ -152,7 +152,7 @@ def _row(eval_seed: int, base: dict, trained: dict) -> dict:
 def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[[str], None]) -> dict:
     """Train one (method, training seed) run and evaluate its final adapter at every evaluation
     seed, paired with the base; cached in ``result.json``."""
-    from cast_core.checkpoints import latest_checkpoint
+    from cast_core.checkpoints import latest_checkpoint, step_of
     from cast_core.trainer import Trainer
 
     run = root / "runs" / f"{method}-s{seed}"
@@ -170,7 +170,7 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
 
     Trainer(cfg, run, resume=run.exists(), log=quiet).run()
     ckpt = latest_checkpoint(run)
-    if ckpt is None or int(ckpt.name.rsplit("-", 1)[1]) != plan_.steps:
+    if ckpt is None or step_of(ckpt) != plan_.steps:
         raise RuntimeError(f"{run}: training stopped before step {plan_.steps} (latest checkpoint {ckpt}); run the bench again")
     train_s = time.time() - started
     rows = []

@@ -41,7 +41,7 @@ def check_output(path: str | None, option: str, image: bool = False) -> None:
         if p.suffix.lower() not in Image.registered_extensions():
             raise click.BadParameter(f"{path}: cannot write images with suffix {p.suffix or '(none)'!r}; use .png or .jpg",
                                      param_hint=option)
-    where = p if p.exists() else _nearest_existing(p.parent if str(p.parent) else Path("."))
+    where = p if p.exists() else _nearest_existing(p.parent)
     if not where.is_dir() and where != p:
         raise click.BadParameter(f"{path}: {where} is a file, not a directory", param_hint=option)
     if not os.access(where, os.W_OK):

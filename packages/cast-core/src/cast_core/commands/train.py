@@ -15,15 +15,10 @@ RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "che
 
 def _finished_steps(run_dir: Path) -> int | None:
     """The step of the run's newest intact checkpoint, if it has one."""
-    from cast_core.checkpoints import find_intact_checkpoint
+    from cast_core.checkpoints import find_intact_checkpoint, step_of
 
     ckpt, _ = find_intact_checkpoint(run_dir)
-    if ckpt is None:
-        return None
-    try:
-        return int(ckpt.name.split("-")[-1])
-    except ValueError:
-        return None
+    return None if ckpt is None else step_of(ckpt)
 
 
 def check_code_prompts(cfg, allowed: bool, source: str) -> None:
