@@ -70,7 +70,7 @@ def measure(judge: str, n_scenes: int) -> dict:
 
     data = list(scenes(n_scenes))
     truth = [[oracle(g, layout) for g, _ in graphs] for _, graphs, layout in data]
-    result: dict = {"judge": judge, "scenes": n_scenes, "recipes": {}}
+    result: dict = {"judge": judge, "scenes": n_scenes, "recipes": {}, "oracle_on_token_grid": _oracle_grid(data, truth)}
     for name, kwargs in RECIPES.items():
         scorer = SoftTifaScorer(path=judge, device="cpu", torch_dtype=torch.float32, **kwargs)
         acc: dict[str, list[bool]] = {}
@@ -105,6 +105,24 @@ def measure(judge: str, n_scenes: int) -> dict:
             "uniform_mass_inside": {k: float(np.mean(v)) for k, v in sorted(uniform.items())},
         }
     return result
+
+
+def _oracle_grid(data, truth, grid: int = 4) -> dict:
+    """The ceiling for a judge that points through a ``grid`` × ``grid`` token grid: the oracle's
+    own mask average-pooled to that grid (cast_shapes.judge_maps), scored like the judge's maps."""
+    from cast_shapes.judge_maps import degrade
+
+    inside: dict[str, list[float]] = {}
+    hit: dict[str, list[bool]] = {}
+    for (image, graphs, _), oracles in zip(data, truth):
+        graph, atoms = graphs[0][0], oracles[0]  # own prompt: the atoms whose masks are pointed at
+        for atom, (_, mask) in zip(graph.atoms, atoms):
+            if mask.any():
+                h = degrade(mask[None].astype(np.float32), image.numpy(), grid=grid)[0]
+                inside.setdefault(atom.kind, []).append(float((h * mask).sum() / h.sum()))
+                hit.setdefault(atom.kind, []).append(bool(mask[np.unravel_index(int(h.argmax()), h.shape)]))
+    return {"mass_inside": {k: float(np.mean(v)) for k, v in sorted(inside.items())},
+            "pointing_game": {k: float(np.mean(v)) for k, v in sorted(hit.items())}}
 
 
 def figure(judge: str, path: str, n_scenes: int = 4, scale: int = 4) -> None:
@@ -151,6 +169,9 @@ def table(result: dict) -> str:
     kinds = list(first["mass_inside"])
     lines.append(f"{'heatmap recipe':44s} " + " ".join(f"{k + ' in/peak':>22s}" for k in kinds))
     lines.append(f"{'uniform map':44s} " + " ".join(f"{first['uniform_mass_inside'][k]:>13.3f} {'-':>8s}" for k in kinds))
+    ceiling = result["oracle_on_token_grid"]
+    lines.append(f"{'oracle mask pooled to the 4x4 token grid':44s} "
+                 + " ".join(f"{ceiling['mass_inside'][k]:>13.3f} {ceiling['pointing_game'][k]:>8.3f}" for k in kinds))
     for name, r in result["recipes"].items():
         lines.append(f"{name:44s} " + " ".join(f"{r['mass_inside'][k]:>13.3f} {r['pointing_game'][k]:>8.3f}" for k in kinds))
     return "\n".join(lines)

@@ -26,7 +26,7 @@ def test_budgets_and_what_each_method_changes():
     full = plan(quick=False)
     assert full.images_per_run == 12_800 and full.seeds == (0, 1, 2) and full.eval_seeds == tuple(range(10))
     assert full.eval_suite == "heldout-test" and full.methods == ("flow-grpo", "cast")
-    allowed = {"projector", "ratio_mode", "window", "window_kwargs", "heatmap_source", "scorer_kwargs"}
+    allowed = {"projector", "ratio_mode", "window", "window_kwargs", "heatmap_source", "scorer", "scorer_kwargs"}
     assert all(set(o) <= allowed for o in METHODS.values())
     cast, fg = overrides_for("cast", 1, full), overrides_for("flow-grpo", 1, full)
     assert cast["window_kwargs"] == {"start": 2, "size": 2} and cast["window"] == "fixed"
@@ -36,6 +36,10 @@ def test_budgets_and_what_each_method_changes():
     judged = overrides_for("cast-judge-grid-blur-noise", 0, full)["scorer_kwargs"]
     assert judged == {**FULL_SHARED["scorer_kwargs"], "judge_grid": 4, "judge_blur": 0.5, "judge_noise": 0.2}
     assert overrides_for("flow-grpo-cast-window", 0, full)["window_kwargs"] == {"start": 2, "size": 2}
+    learned = overrides_for("cast-learned-judge", 0, full)  # soft-tifa takes none of the oracle's arguments
+    assert learned["scorer"] == "shapes-judge" and "scorer_kwargs" not in learned
+    cast0 = overrides_for("cast", 0, full)
+    assert {k: v for k, v in learned.items() if k != "scorer"} == {k: v for k, v in cast0.items() if k != "scorer_kwargs"}
 
 
 def test_method_gain_is_over_training_seeds():

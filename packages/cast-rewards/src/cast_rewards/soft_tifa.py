@@ -178,7 +178,8 @@ class SoftTifaScorer:
         cut = text.index(marker) + len(marker)
         enc = self.processor(text=[text[:cut]], images=[image], return_tensors="pt").to(self.device)
         out = self.model(**enc, use_cache=True, logits_to_keep=1)
-        return {"enc": enc, "cache": out.past_key_values, "delta": self.model.model.rope_deltas, "cut": cut}
+        cache = out["cache"] if "cache" in out else out.past_key_values  # transformers 5 / 4.x
+        return {"enc": enc, "cache": cache, "delta": self.model.model.rope_deltas, "cut": cut}
 
     @torch.no_grad()
     def _run_prefixed(self, image: Any, prefix: dict, questions: Sequence[str], maps: bool):

@@ -46,6 +46,9 @@ METHODS: dict[str, dict] = {
     "cast-judge-grid": {**_CAST, "scorer_kwargs": {"judge_grid": 4}},
     "cast-judge-grid-blur": {**_CAST, "scorer_kwargs": {"judge_grid": 4, "judge_blur": 0.5}},
     "cast-judge-grid-blur-noise": {**_CAST, "scorer_kwargs": {"judge_grid": 4, "judge_blur": 0.5, "judge_noise": 0.2}},
+    # the learned judge (issue 26): soft-tifa on the shipped tiny Qwen3-VL gives the rewards and
+    # the heatmaps; the evaluation is still the oracle's
+    "cast-learned-judge": {**_CAST, "scorer": "shapes-judge"},
 }
 QUICK_METHODS = ("flow-grpo", "cast")
 FULL_METHODS = ("flow-grpo", "cast")
@@ -101,6 +104,8 @@ def overrides_for(method: str, seed: int, plan_: BenchPlan) -> dict:
             out[key] = {**plan_.shared.get(key, {}), **method_keys.get(key, {})}
     if "window" in method_keys and "window_kwargs" not in method_keys:
         out.pop("window_kwargs", None)  # a method's own selector does not inherit the shared one's arguments
+    if "scorer" in method_keys and "scorer_kwargs" not in method_keys:
+        out.pop("scorer_kwargs", None)  # nor its own scorer the shared scorer's (the oracle's count_maps)
     out.update({"seed": seed, "prompts_per_step": plan_.prompts_per_step, "group_size": plan_.group_size,
                 "sample_every": 0, "checkpoint_every": max(1, min(50, plan_.steps // 2)), "keep_checkpoints": 2})
     return out

@@ -82,7 +82,7 @@ def train(workdir: str | Path, steps: int, *, batch: int = 64, lr: float = 1e-3,
         log(f"resumed {workdir} at step {step}")
     test = heldout_examples(100)
     model.train()
-    t0 = time.monotonic()
+    t0, first = time.monotonic(), step
     while step < steps:
         examples = batch_for_step(seed, step, batch)
         warm = min(1.0, (step + 1) / 200)
@@ -96,8 +96,8 @@ def train(workdir: str | Path, steps: int, *, batch: int = 64, lr: float = 1e-3,
         opt.step()
         step += 1
         if step % 50 == 0 or step == steps:
-            rate = (time.monotonic() - t0) / max(1, step)
-            log(f"step {step}/{steps} loss {loss.item():.4f} ({rate:.2f} s/step)")
+            rate = (time.monotonic() - t0) / (step - first)
+            log(f"step {step}/{steps} loss {loss.item():.4f} ({rate:.2f} s/step, {(steps - step) * rate / 60:.0f} min left)")
         if step % eval_every == 0 or step == steps:
             acc = accuracy(model, processor, test)
             log(f"step {step}: held-out accuracy " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()))
