@@ -161,6 +161,35 @@ def figure(judge: str, path: str, n_scenes: int = 4, scale: int = 4) -> None:
     canvas.save(path)
 
 
+def curve_figure(curve: list[dict], path: str, prior: dict | None = None) -> None:
+    """Held-out accuracy per atom kind against training step, one line per kind, with the 0.9
+    target and (dashed) each kind's always-the-commonest-answer prior."""
+    from PIL import Image, ImageDraw
+
+    colours = {"object": (200, 40, 40), "attribute": (40, 90, 200), "relation": (40, 150, 60), "count": (150, 60, 180)}
+    W, H, left, bottom, top = 640, 360, 50, 40, 20
+    img = Image.new("RGB", (W, H), "white")
+    d = ImageDraw.Draw(img)
+    x_max = max(c["step"] for c in curve)
+    sx = lambda x: left + x / x_max * (W - left - 120)  # noqa: E731
+    sy = lambda y: top + (1 - y) * (H - top - bottom)  # noqa: E731
+    for y in (0.0, 0.25, 0.5, 0.75, 0.9, 1.0):
+        d.line([(left, sy(y)), (W - 120, sy(y))], fill=(150, 150, 150) if y == 0.9 else (230, 230, 230))
+        d.text((8, sy(y) - 6), f"{y:.2f}", fill=(0, 0, 0))
+    for x in range(0, x_max + 1, 5000):
+        d.text((sx(x) - 12, H - bottom + 6), f"{x}", fill=(0, 0, 0))
+    d.text((W // 2 - 60, H - 18), "training step (64 examples each)", fill=(0, 0, 0))
+    for k, (kind, colour) in enumerate(colours.items()):
+        pts = [(sx(c["step"]), sy(c[kind])) for c in curve if kind in c]
+        d.line(pts, fill=colour, width=2)
+        if prior and kind in prior:
+            for x in range(left, W - 120, 12):
+                d.line([(x, sy(prior[kind])), (x + 6, sy(prior[kind]))], fill=colour)
+        d.text((W - 110, top + 16 * k), f"{kind} {curve[-1][kind]:.3f}", fill=colour)
+    d.text((W - 110, top + 70), "dashed: prior", fill=(0, 0, 0))
+    img.save(path)
+
+
 def table(result: dict) -> str:
     lines = [f"judge {result['judge']}, {result['scenes']} held-out scenes (own + distractor prompts)"]
     first = next(iter(result["recipes"].values()))
@@ -179,11 +208,20 @@ def table(result: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--judge", required=True, help="the exported judge directory (cast shapes train-judge --export)")
+    ap.add_argument("--judge", help="the exported judge directory (cast shapes train-judge --export)")
     ap.add_argument("--scenes", type=int, default=200)
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--figure", help="draw oracle masks beside the judge's maps here (PNG)")
+    ap.add_argument("--curve", nargs=2, metavar=("CURVE_JSON", "PNG"),
+                    help="only draw a training curve ({'curve': [{step, kind: accuracy}], 'prior': {...}}) and exit")
     args = ap.parse_args()
+    if args.curve:
+        with open(args.curve[0]) as f:
+            data = json.load(f)
+        curve_figure(data["curve"], args.curve[1], data.get("prior"))
+        return
+    if not args.judge:
+        ap.error("--judge DIR is required (the exported judge directory)")
     result = measure(args.judge, args.scenes)
     print(table(result))
     if args.json:

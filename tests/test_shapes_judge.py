@@ -58,3 +58,13 @@ def test_one_token_per_8_pixels_and_batches_are_reproducible():
     assert "[UNK]" not in processor.tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
     a, b = batch_for_step(0, 7, 16), batch_for_step(0, 7, 16)
     assert [(x.prompt, x.question, x.answer) for x in a] == [(x.prompt, x.question, x.answer) for x in b]
+
+
+def test_learning_rate_warms_up_then_decays_linearly_to_zero():
+    from cast_shapes.judge_train import learning_rate
+
+    assert learning_rate(0, 1000, 1e-3) == 1e-3 / 200 and learning_rate(199, 1000, 1e-3) == 1e-3
+    assert learning_rate(999, 1000, 1e-3) == 1e-3  # constant without decay_from
+    assert learning_rate(600, 1000, 1e-3, decay_from=600) == 1e-3
+    assert abs(learning_rate(800, 1000, 1e-3, decay_from=600) - 0.5e-3) < 1e-15
+    assert abs(learning_rate(999, 1000, 1e-3, decay_from=600) - 1e-3 / 400) < 1e-15

@@ -104,10 +104,12 @@ def pretrain_command(workdir, steps, threads, export_path, init_weights, lr, dec
 @click.option("--steps", default=20000, show_default=True, type=click.IntRange(1, None), help="Train until this step.")
 @click.option("--batch", default=64, show_default=True, type=click.IntRange(1, 4096), help="Examples per step.")
 @click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(0, 1, min_open=True))
+@click.option("--decay-from", type=click.IntRange(0, None),
+              help="From this step on, decay the learning rate linearly to 0 at --steps (default: constant).")
 @click.option("--export", "export_dir", type=click.Path(file_okay=False),
               help="Afterwards, write the judge here as a Qwen3-VL checkpoint (load it with --scorer soft-tifa "
                    "--set scorer_kwargs.path=DIR).")
-def train_judge_command(workdir, steps, batch, lr, export_dir):
+def train_judge_command(workdir, steps, batch, lr, decay_from, export_dir):
     """Train a tiny Qwen3-VL from scratch to answer the world's atom questions as the oracle does
     (resumable: run again to continue). Not finished as a feature: no trained judge ships yet."""
     from pathlib import Path
@@ -115,7 +117,9 @@ def train_judge_command(workdir, steps, batch, lr, export_dir):
     from cast_shapes.judge_train import export, train
 
     work = Path(workdir) if workdir else Path.home() / ".cache" / "cast" / "shapes-judge"
-    train(work, steps, batch=batch, lr=lr, log=click.echo)
+    if decay_from is not None and decay_from >= steps:
+        raise click.BadParameter(f"{decay_from} is not below --steps {steps}", param_hint="--decay-from")
+    train(work, steps, batch=batch, lr=lr, decay_from=decay_from, log=click.echo)
     if export_dir:
         click.echo(str(export(work, export_dir)))
 

@@ -61,8 +61,18 @@ def accuracy(model, processor, examples, batch: int = 128) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in sorted(hits.items())}
 
 
+def learning_rate(step: int, steps: int, lr: float, decay_from: int | None = None) -> float:
+    """200 warm-up steps, then constant; from ``decay_from`` on, linear to 0 at ``steps`` (the
+    policy's refine stage did the same: a constant rate leaves the weights bouncing around a
+    minimum). A function of the step only, so a resumed run follows the same schedule."""
+    rate = lr * min(1.0, (step + 1) / 200)
+    if decay_from is not None and step >= decay_from:
+        rate *= max(0.0, (steps - step) / max(1, steps - decay_from))
+    return rate
+
+
 def train(workdir: str | Path, steps: int, *, batch: int = 64, lr: float = 1e-3, seed: int = 0, eval_every: int = 500,
-          log: Callable[[str], None] = print) -> Path:
+          decay_from: int | None = None, log: Callable[[str], None] = print) -> Path:
     """Train until ``steps`` (resuming from ``workdir/state.pt``); returns the state path."""
     import torch
 
@@ -85,9 +95,8 @@ def train(workdir: str | Path, steps: int, *, batch: int = 64, lr: float = 1e-3,
     t0, first = time.monotonic(), step
     while step < steps:
         examples = batch_for_step(seed, step, batch)
-        warm = min(1.0, (step + 1) / 200)
         for g in opt.param_groups:
-            g["lr"] = lr * warm
+            g["lr"] = learning_rate(step, steps, lr, decay_from)
         logits = model(**encode(processor, examples), logits_to_keep=1).logits[:, -1]
         loss = torch.nn.functional.cross_entropy(logits.float(), answer_ids(processor, examples))
         opt.zero_grad(set_to_none=True)
