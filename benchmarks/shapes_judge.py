@@ -31,7 +31,8 @@ RECIPES = {  # soft-tifa keyword arguments: the recipe choice each row changes
     "no sink removal": {"sink_factor": math.inf},
     "no baseline division": {"baseline_question": None},
     "all layers": {"heatmap_layers": (0.0, 1.0)},
-    "late layers (0.75-1.0)": {"heatmap_layers": (0.75, 1.0)},
+    # the judge's text model has 4 layers: one row per layer (the default band is layers 2-3)
+    **{f"layer {i} only": {"heatmap_layers": (i / 3, i / 3)} for i in range(4)},
 }
 
 
@@ -109,16 +110,18 @@ def measure(judge: str, n_scenes: int) -> dict:
 
 def _oracle_grid(data, truth, grid: int = 4) -> dict:
     """The ceiling for a judge that points through a ``grid`` × ``grid`` token grid: the oracle's
-    own mask average-pooled to that grid (cast_shapes.judge_maps), scored like the judge's maps."""
-    from cast_shapes.judge_maps import degrade
-
+    own mask average-pooled to that grid, then brought to pixels the way soft-tifa brings the
+    judge's token maps (bilinear, corners not aligned), and scored like the judge's maps."""
     inside: dict[str, list[float]] = {}
     hit: dict[str, list[bool]] = {}
     for (image, graphs, _), oracles in zip(data, truth):
         graph, atoms = graphs[0][0], oracles[0]  # own prompt: the atoms whose masks are pointed at
         for atom, (_, mask) in zip(graph.atoms, atoms):
             if mask.any():
-                h = degrade(mask[None].astype(np.float32), image.numpy(), grid=grid)[0]
+                cells = torch.nn.functional.avg_pool2d(torch.from_numpy(mask[None, None].astype(np.float32)),
+                                                       mask.shape[0] // grid)
+                h = torch.nn.functional.interpolate(cells, size=mask.shape, mode="bilinear",
+                                                    align_corners=False)[0, 0].numpy()
                 inside.setdefault(atom.kind, []).append(float((h * mask).sum() / h.sum()))
                 hit.setdefault(atom.kind, []).append(bool(mask[np.unravel_index(int(h.argmax()), h.shape)]))
     return {"mass_inside": {k: float(np.mean(v)) for k, v in sorted(inside.items())},

@@ -37,7 +37,7 @@ def test_train_resume_export_and_soft_tifa_loads_it(tmp_path):
         shipped.JUDGE_DIR = shipped_dir
 
 
-def test_shapes_judge_says_it_is_not_shipped_yet(tmp_path, monkeypatch):
+def test_shapes_judge_says_when_its_weights_are_missing(tmp_path, monkeypatch):
     import pytest
 
     import cast_shapes.judge_scorer as shipped
@@ -45,7 +45,7 @@ def test_shapes_judge_says_it_is_not_shipped_yet(tmp_path, monkeypatch):
     from cast_core.registry import get_atom_scorer
 
     monkeypatch.setattr(shipped, "JUDGE_DIR", tmp_path / "none")
-    with pytest.raises(ConfigError, match="no trained shapes judge ships .* `cast shapes train-judge --export DIR`"):
+    with pytest.raises(ConfigError, match="no trained shapes judge in .* `cast shapes train-judge --export DIR`"):
         get_atom_scorer("shapes-judge")
 
 
@@ -68,3 +68,18 @@ def test_learning_rate_warms_up_then_decays_linearly_to_zero():
     assert learning_rate(600, 1000, 1e-3, decay_from=600) == 1e-3
     assert abs(learning_rate(800, 1000, 1e-3, decay_from=600) - 0.5e-3) < 1e-15
     assert abs(learning_rate(999, 1000, 1e-3, decay_from=600) - 1e-3 / 400) < 1e-15
+
+
+def test_the_shipped_judge_answers_held_out_questions_far_above_the_priors():
+    """The shipped weights as saved (processor included), on 40 held-out scenes it never saw:
+    measured 0.989 object, 0.918 count, 0.747 attribute, 0.806 relation; the bounds leave room
+    for another CPU's rounding and fail for an untrained or mismatched judge (priors 0.82 / 0.30
+    / 0.59 / 0.59)."""
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+
+    from cast_shapes.judge_scorer import JUDGE_DIR
+    from cast_shapes.judge_train import accuracy
+
+    model = Qwen3VLForConditionalGeneration.from_pretrained(JUDGE_DIR, dtype=torch.float32)
+    acc = accuracy(model, AutoProcessor.from_pretrained(JUDGE_DIR), heldout_examples(40, seed=7))
+    assert acc["object"] >= 0.95 and acc["count"] >= 0.85 and acc["attribute"] >= 0.7 and acc["relation"] >= 0.7, acc

@@ -111,7 +111,8 @@ def pretrain_command(workdir, steps, threads, export_path, init_weights, lr, dec
                    "--set scorer_kwargs.path=DIR).")
 def train_judge_command(workdir, steps, batch, lr, decay_from, export_dir):
     """Train a tiny Qwen3-VL from scratch to answer the world's atom questions as the oracle does
-    (resumable: run again to continue). Not finished as a feature: no trained judge ships yet."""
+    (resumable: run again to continue). The shipped `shapes-judge` was trained this way; its
+    model card has the command lines."""
     from pathlib import Path
 
     from cast_shapes.judge_train import export, train

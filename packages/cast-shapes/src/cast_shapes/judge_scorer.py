@@ -1,9 +1,10 @@
 """The ``shapes-judge`` scorer: cast-rewards' ``soft-tifa``, unchanged, on the learned shapes
 judge shipped in ``weights/shapes-judge/`` (issue 26).
 
-Built through the registry (``get_atom_scorer("soft-tifa", path=...)``), so cast-shapes never
-imports cast-rewards. Not finished: no trained judge ships yet, and then this factory says so in
-one line and how to train and use one.
+Built through the registry (``get_atom_scorer("soft-tifa", path=...)``), so the judge is read
+exactly as a real Qwen3-VL would be. The weights' model card (``weights/shapes-judge/README.md``)
+says how they were trained and how well they answer; if the directory is missing (a trimmed
+install), this factory says so in one line and how to train and use a judge.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def shapes_judge(**kwargs):
     from cast_core.registry import get_atom_scorer
 
     if not (JUDGE_DIR / "config.json").is_file():
-        raise ConfigError("shapes-judge: no trained shapes judge ships with this version yet (issue 26). Train one "
+        raise ConfigError(f"shapes-judge: no trained shapes judge in {JUDGE_DIR}. Train one "
                           "with `cast shapes train-judge --export DIR` and score with --scorer soft-tifa "
                           "--set scorer_kwargs.path=DIR")
     return get_atom_scorer("soft-tifa", **{"path": str(JUDGE_DIR), "device": "cpu", "torch_dtype": "float32", **kwargs})
