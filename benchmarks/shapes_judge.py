@@ -10,10 +10,12 @@ about) are where a map should point.
 * accuracy: the soft score >= 0.5 agrees with the oracle's verdict (count: the number is right);
 * calibration: truth frequency per soft-score decile, and the expected calibration error;
 * pointing, on atoms whose mask is not empty: the share of heatmap mass inside the mask, and the
-  pointing game (the map's peak pixel inside the mask). A uniform map's share is the mask's area.
+  pointing game (the map's peak pixel inside the mask). A uniform map's share is the mask's area;
+  the ceiling row is the oracle's mask itself pooled to the judge's 4 × 4 token grid.
 
 Run: ``python benchmarks/shapes_judge.py --judge DIR [--scenes N] [--json FILE] [--figure PNG]``;
 the figure puts the oracle's mask beside the judge's map for a few atoms of four scenes.
+``--curve CURVE_JSON PNG`` only draws a training curve (benchmarks/results/shapes-judge-training.json).
 """
 
 from __future__ import annotations
