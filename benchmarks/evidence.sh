@@ -4,13 +4,15 @@
 # training seed each. Every step resumes: run this script again after a crash or a stopped
 # session and it continues where it stopped; finished runs are never redone.
 #   bash benchmarks/evidence.sh [OUT]          (default ~/.cache/cast/bench-12800)
-# About 30-40 min per run on 2 CPU cores (longer at one thread); 11 runs in all.
+# About 20-45 min per run on 2 CPU cores (longer at one thread); 11 runs for one seed of each
+# ablation, then the last line adds seeds 1 and 2 of every ablation (three if time allows).
 set -euo pipefail
 OUT=${1:-$HOME/.cache/cast/bench-12800}
 CAST=${CAST:-$(dirname "$0")/../.venv/bin/cast}
 "$CAST" bench --out "$OUT"                                   # flow-grpo, cast x training seeds 0, 1, 2
-for m in cast-judge-grid cast-judge-grid-blur-noise flow-grpo-cast-window cast-judge-grid-blur; do
+for m in cast-learned-judge cast-judge-grid cast-judge-grid-blur-noise flow-grpo-cast-window cast-judge-grid-blur; do
   "$CAST" bench --out "$OUT" --seeds 1 --method flow-grpo --method cast --method "$m"
 done
 "$CAST" bench --out "$OUT" --method flow-grpo --method cast --method cast-judge-grid \
-  --method cast-judge-grid-blur-noise --method flow-grpo-cast-window --method cast-judge-grid-blur
+  --method cast-judge-grid-blur-noise --method flow-grpo-cast-window --method cast-judge-grid-blur \
+  --method cast-learned-judge
