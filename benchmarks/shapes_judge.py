@@ -166,9 +166,10 @@ def figure(judge: str, path: str, n_scenes: int = 4, scale: int = 4) -> None:
     canvas.save(path)
 
 
-def curve_figure(curve: list[dict], path: str, prior: dict | None = None) -> None:
+def curve_figure(curve: list[dict], path: str, prior: dict | None = None, decay_from: int | None = None) -> None:
     """Held-out accuracy per atom kind against training step, one line per kind, with the 0.9
-    target and (dashed) each kind's always-the-commonest-answer prior."""
+    target, (dashed) each kind's always-the-commonest-answer prior and where the learning rate
+    began to decay."""
     from PIL import Image, ImageDraw
 
     colours = {"object": (200, 40, 40), "attribute": (40, 90, 200), "relation": (40, 150, 60), "count": (150, 60, 180)}
@@ -184,6 +185,9 @@ def curve_figure(curve: list[dict], path: str, prior: dict | None = None) -> Non
     for x in range(0, x_max + 1, 5000):
         d.text((sx(x) - 12, H - bottom + 6), f"{x}", fill=(0, 0, 0))
     d.text((W // 2 - 60, H - 18), "training step (64 examples each)", fill=(0, 0, 0))
+    if decay_from:
+        d.line([(sx(decay_from), top), (sx(decay_from), H - bottom)], fill=(120, 120, 120))
+        d.text((sx(decay_from) + 3, H - bottom - 14), "lr decay", fill=(90, 90, 90))
     for k, (kind, colour) in enumerate(colours.items()):
         pts = [(sx(c["step"]), sy(c[kind])) for c in curve if kind in c]
         d.line(pts, fill=colour, width=2)
@@ -223,7 +227,7 @@ def main() -> None:
     if args.curve:
         with open(args.curve[0]) as f:
             data = json.load(f)
-        curve_figure(data["curve"], args.curve[1], data.get("prior"))
+        curve_figure(data["curve"], args.curve[1], data.get("prior"), data.get("decay_from"))
         return
     if not args.judge:
         ap.error("--judge DIR is required (the exported judge directory)")
