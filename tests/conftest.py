@@ -23,6 +23,17 @@ def run_cast(*args: str, env: dict[str, str] | None = None, extra_path: Path | N
     return subprocess.run(CAST + list(args), capture_output=True, text=True, env=full_env)
 
 
+def load_benchmark(name: str):
+    """A script of benchmarks/ as a module (they are scripts, not a package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def plugins_json(**kwargs) -> dict:
     out = run_cast("plugins", "--json", **kwargs)
     assert out.returncode == 0, out.stderr

@@ -3,20 +3,14 @@ errors, checked on ground-truth renders of known scenes (the oracle perceives th
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "overdrawing.py"
+from conftest import load_benchmark
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("overdrawing", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("overdrawing")
 
 
 def test_counts_on_renders_of_known_scenes(monkeypatch):
