@@ -56,26 +56,28 @@ def scenes(n: int, seed: int = 4321):
 
 def oracle(graph, layout):
     """Per atom: (truth, mask [H, W] bool)."""
+    from cast_shapes.judge_data import atom_mask
     from cast_shapes.render import object_masks
     from cast_shapes.semantics import detections_from_layout, evaluate
 
-    masks = object_masks(layout).astype(bool)
-    out = []
-    for atom, r in zip(graph.atoms, evaluate(graph, detections_from_layout(layout))):
-        truth = r.score >= 1 - 1e-9 if atom.kind == "count" else r.verdict
-        mask = np.any(masks[list(r.members)], axis=0) if r.members else np.zeros(masks.shape[1:], bool)
-        out.append((truth, mask))
-    return out
+    masks = object_masks(layout)
+    return [(r.score >= 1 - 1e-9 if atom.kind == "count" else r.verdict, atom_mask(r, masks))
+            for atom, r in zip(graph.atoms, evaluate(graph, detections_from_layout(layout)))]
 
 
 def measure(judge: str, n_scenes: int) -> dict:
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+
     from cast_rewards.soft_tifa import SoftTifaScorer
 
+    # loaded once: the recipe rows differ only in how the same attention becomes a map
+    model = Qwen3VLForConditionalGeneration.from_pretrained(judge, dtype=torch.float32)
+    processor = AutoProcessor.from_pretrained(judge)
     data = list(scenes(n_scenes))
     truth = [[oracle(g, layout) for g, _ in graphs] for _, graphs, layout in data]
     result: dict = {"judge": judge, "scenes": n_scenes, "recipes": {}, "oracle_on_token_grid": _oracle_grid(data, truth)}
     for name, kwargs in RECIPES.items():
-        scorer = SoftTifaScorer(path=judge, device="cpu", torch_dtype=torch.float32, **kwargs)
+        scorer = SoftTifaScorer(model=model, processor=processor, device="cpu", **kwargs)
         acc: dict[str, list[bool]] = {}
         calib: list[tuple[float, bool]] = []
         inside: dict[str, list[float]] = {}

@@ -50,7 +50,8 @@ def _answer(atom, result, members) -> str:
     return "Yes" if result.verdict else "No"
 
 
-def _mask(result, object_masks: np.ndarray, size: int) -> np.ndarray:
+def atom_mask(result, object_masks: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
+    """The pixels of the objects an atom's result is about (all False when there are none)."""
     m = np.zeros((size, size), dtype=bool)
     for i in result.members or ():
         m |= object_masks[i].astype(bool)
@@ -73,7 +74,7 @@ def scene_examples(rng: random.Random, split: str = "train", atoms: int | None =
         pool = pools(graph, detections)
         for atom, result in zip(graph.atoms, results):
             out.append(JudgeExample(image, prompt, atom.question, _answer(atom, result, pool.get(atom.entity)), atom.kind, own,
-                                    _mask(result, masks, IMAGE_SIZE)))
+                                    atom_mask(result, masks)))
     return out
 
 
