@@ -119,7 +119,7 @@ def gate_scores(
 def _zscore_columns(x: torch.Tensor, eps: float, min_std: float) -> tuple[torch.Tensor, torch.Tensor]:
     """z-score each column of ``[G, K]`` (float64); zero columns whose std < ``min_std``."""
     mean = x.mean(0, keepdim=True)
-    std = x.std(0, unbiased=False, keepdim=True) if x.shape[0] > 0 else torch.zeros_like(mean)
+    std = x.std(0, unbiased=False, keepdim=True) if x.numel() else torch.zeros_like(mean)
     flat = (std < min_std).squeeze(0)
     z = (x - mean) / (std + eps)
     z = torch.where(flat.unsqueeze(0), torch.zeros_like(z), z)
@@ -160,7 +160,7 @@ def log_gm_atom_advantages(
     scores: torch.Tensor, floor: float = LOG_FLOOR, eps: float = 1e-6, *, min_std: float = MIN_STD
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Atom advantages that add up to the prompt's log-GM advantage: with
-    ``ℓ[g,k] = log max(s[g,k], floor)`` on the **raw** scores and ``L[g] = mean_k ℓ[g,k]`` (the
+    ``ℓ[g,k] = log min(max(s[g,k], floor), 1)`` on the **raw** scores and ``L[g] = mean_k ℓ[g,k]`` (the
     log of the image's floored GM),
     ``Â[g,k] = (ℓ[g,k] - mean_g ℓ[:,k]) / (K · (std_g L + eps))``, so ``Σ_k Â[g,k]`` is exactly
     the z-score of ``L`` in the group.
