@@ -97,7 +97,7 @@ def check_schedule(sigmas: torch.Tensor, num_steps: int, who: str = "the policy"
     if float(values[-1]) != 0.0:
         raise ValueError(f"{who}: the last sigma must be exactly 0, got {float(values[-1])!r}")
     first = float(s[0])
-    if first >= 1.0 and first != 1.0:
+    if first > 1.0:
         raise ValueError(f"{who}: the first sigma is {first!r}: a schedule must start at most at 1, and at "
                          f"exactly 1.0 when it reaches 1 (clamp it: sigmas[0] = 1.0)")
     return sigmas
@@ -271,6 +271,6 @@ def reduce_per_position(log_prob: torch.Tensor) -> torch.Tensor:
     """``[B, N, C] -> [B, N]``: the mean over channels at each latent position — CAST's
     per-position log-prob, on the same scale as Flow-GRPO's (its mean over ``N`` is
     :func:`reduce_per_sample`)."""
-    if log_prob.ndim < 2:
+    if log_prob.ndim != 3:
         raise ValueError(f"expected packed log-probs [B, N, C], got shape {tuple(log_prob.shape)}")
     return log_prob.float().mean(-1)
