@@ -31,8 +31,28 @@ def test_float32_under_a_float64_default(float64_default, kind, per_sample_gener
     v, x = v.float(), x.float()
     gen = [torch.Generator().manual_seed(i) for i in range(2)] if per_sample_generators else torch.Generator().manual_seed(0)
     step = sde_step(v, x, 1.0, 0.8, 0.7, sigma_max=0.9, generator=gen, kind=kind)
-    for name in ("prev_sample", "log_prob", "mean"):
+    for name in ("prev_sample", "log_prob", "mean", "std_dev", "std_dev_t"):
         assert getattr(step, name).dtype == torch.float32, name
+
+
+@pytest.mark.parametrize("kind", ["sde", "cps"])
+def test_float64_sigmas_give_the_float32_step_bit_for_bit(kind):
+    v, x = tensors()
+    as_floats = sde_step(v, x, 1.0, 0.8, 0.7, sigma_max=0.9, generator=torch.Generator().manual_seed(0), kind=kind)
+    f64 = lambda value: torch.tensor(value, dtype=torch.float64)  # noqa: E731
+    as_f64 = sde_step(v, x, f64(1.0), f64(0.8), 0.7, sigma_max=f64(0.9), generator=torch.Generator().manual_seed(0),
+                      kind=kind)
+    for name in ("prev_sample", "log_prob", "mean", "std_dev", "std_dev_t"):
+        a, b = getattr(as_floats, name), getattr(as_f64, name)
+        assert b.dtype == torch.float32 and torch.equal(a, b), name
+
+
+def test_cps_step_is_mean_plus_std_times_the_generators_noise():
+    v, x = tensors()
+    step = sde_step(v, x, 0.6, 0.4, 0.7, sigma_max=0.9, generator=torch.Generator().manual_seed(5), kind="cps")
+    xi = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(step.prev_sample, step.mean + step.std_dev * xi)
+    assert torch.equal(step.std_dev_t, step.std_dev), "for cps the two stds coincide"
 
 
 def test_eta_zero_rescoring_keeps_the_stored_sample():
@@ -53,6 +73,8 @@ def test_sigma_max_must_be_below_one(bad):
 
 def test_error_messages():
     v, x = tensors()
+    with pytest.raises(ValueError, match="per-sample sigma has 3 values for a batch of 2"):
+        sde_step(v, x, torch.tensor([1.0, 1.0, 1.0]), 0.8, 0.7, sigma_max=0.9)
     with pytest.raises(ValueError, match="unknown SDE kind 'ddim'; choose one of sde, cps"):
         sde_step(v, x, 1.0, 0.8, 0.7, sigma_max=0.9, kind="ddim")
     gens = [torch.Generator().manual_seed(i) for i in range(3)]

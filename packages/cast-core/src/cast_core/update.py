@@ -51,7 +51,6 @@ class PolicyUpdate:
         # DDP and FSDP2 average gradients over ranks; the explicit path sums them
         self.fsdp = sharded and module is not None and dist.active
         self.module_syncs = self.fsdp or (module is not None and dist.active and hasattr(module, "no_sync"))
-        self.step = 0  # for log lines
         self.optimizer_steps = 0  # gradient syncs so far (a benchmark counts their bytes)
 
     # -- one transition's log-prob and objective --------------------------------------------------
@@ -109,7 +108,6 @@ class PolicyUpdate:
         ``all_ids`` are the kept samples of every rank. Returns the update's metrics (identical
         on every rank)."""
         cfg = self.config
-        self.step = step
         row_of = dict(zip(ids, rows))
         adv_of = dict(zip(ids, range(len(ids))))
         T = len(rollout.step_indices)
