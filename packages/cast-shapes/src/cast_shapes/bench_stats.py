@@ -11,7 +11,9 @@ ratio is reported as undefined, with both gains, never as a number.
 The interval resamples training seeds (per method, with replacement) and evaluation seeds (one
 draw shared by every method, because the methods share the evaluation noise), and takes the
 2.5 / 97.5 percentiles of the ratio. When flow-grpo's resampled gain is not above zero in more
-than 2.5 % of the draws, the interval is unbounded and is reported as such.
+than 2.5 % of the draws, the interval is unbounded: the point ratio then divides by a gain the
+data cannot tell from zero (a +0.0002 gave "-73"), so the text shows both gains and that share
+instead of a number. ``bench.json`` keeps the point ratio for completeness.
 """
 
 from __future__ import annotations
@@ -101,5 +103,6 @@ def ratio_text(r: dict) -> str:
     if r["ratio"] is None:
         return f"undefined (flow-grpo {r['den_gain']:+.3f}, cast {r['num_gain']:+.3f})"
     if r["ci"] is None:
-        return f"{r['ratio']:.2f} [unbounded: flow-grpo ≤ 0 in {100 * r['den_not_positive_share']:.0f}% of draws]"
+        return (f"not determined (flow-grpo {r['den_gain']:+.3f}, ≤ 0 in "
+                f"{100 * r['den_not_positive_share']:.0f}% of draws; cast {r['num_gain']:+.3f})")
     return f"{r['ratio']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
