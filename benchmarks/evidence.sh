@@ -10,7 +10,7 @@ set -euo pipefail
 OUT=${1:-$HOME/.cache/cast/bench-12800}
 CAST=${CAST:-$(dirname "$0")/../.venv/bin/cast}
 "$CAST" bench --out "$OUT"                                   # flow-grpo, cast x training seeds 0, 1, 2
-for m in cast-learned-judge cast-judge-grid cast-judge-grid-blur-noise flow-grpo-cast-window cast-judge-grid-blur; do
+for m in cast-learned-judge cast-judge-grid-blur-noise cast-judge-grid flow-grpo-cast-window cast-judge-grid-blur; do
   "$CAST" bench --out "$OUT" --seeds 1 --method flow-grpo --method cast --method "$m"
 done
 "$CAST" bench --out "$OUT" --method flow-grpo --method cast --method cast-judge-grid \
