@@ -43,19 +43,20 @@ def capture(tmp_path) -> dict:
     return box
 
 
-def fresh(tmp_path, name: str, *, dist=None, counters=None, policy=None, optimizer=None, ddp=False,
+def fresh(tmp_path, name: str, *, dist=None, counters=None, trap=False, optimizer=None, ddp=False,
           **cfg) -> PolicyUpdate:
     """An updater on a policy with the captured trainer's weights (same seed, same perturbation),
     plain SGD unless told otherwise."""
     tr = Trainer(fake_config(steps=1, sample_every=0, **cfg), tmp_path / f"{name}-{next(_DIRS)}", log=quiet)
     perturbed(tr)
-    params = list(tr.params) + ([policy.trap] if policy is not None else [])
+    policy = TrapPolicy(tr.policy) if trap else tr.policy
+    params = list(tr.params) + ([policy.trap] if trap else [])
     module = None
     if ddp:  # the policy's module as DDP would wrap it (a no_sync member); the accelerator syncs
         module = tr.policy.field
         module.no_sync = contextlib.nullcontext
         dist.accelerator.attach(module, params)
-    return PolicyUpdate(tr.config, policy or tr.policy, params, optimizer or torch.optim.SGD(params, lr=LR),
+    return PolicyUpdate(tr.config, policy, params, optimizer or torch.optim.SGD(params, lr=LR),
                         dist or Distributed(), module=module, autocast=contextlib.nullcontext,
                         image_size=tr.image_size, log=quiet, counters={} if counters is None else counters, ema=None)
 
@@ -247,12 +248,8 @@ class TrapPolicy:
 
 def test_a_non_finite_gradient_under_a_finite_loss_skips_the_update(tmp_path):
     box = capture(tmp_path)
-    tr = Trainer(fake_config(steps=1, sample_every=0), tmp_path / "t", log=quiet)
-    perturbed(tr)
     counters = {}
-    up = fresh(tmp_path, "u", policy=TrapPolicy(tr.policy), counters=counters)
-    up.params = list(tr.params) + [up.policy.trap]
-    up.optimizer = torch.optim.SGD(up.params, lr=LR)
+    up = fresh(tmp_path, "u", trap=True, counters=counters)
     before = flat(up)
     m = run(up, box)
     assert m["loss"] == m["loss"], "the loss itself is finite"
@@ -281,8 +278,7 @@ def test_a_skipped_minibatch_does_not_end_the_epoch(tmp_path):
 
 def test_metrics_are_means_over_every_pass(tmp_path, monkeypatch):
     box = capture(tmp_path)
-    up = fresh(tmp_path, "u", minibatch_size=8, inner_epochs=2, max_grad_norm=1e6,
-               optimizer=None)
+    up = fresh(tmp_path, "u", minibatch_size=8, inner_epochs=2, max_grad_norm=1e6)
     norms = []
     real_clip = torch.nn.utils.clip_grad_norm_
 
