@@ -95,3 +95,12 @@ def test_a_second_plan_is_refused_but_more_methods_and_seeds_are_not(tmp_path):
         _check_plan(tmp_path, plan(quick=True, eval_seeds=(0, 1, 2)))
     with pytest.raises(ConfigError, match="steps"):
         _check_plan(tmp_path, plan(quick=True, steps=7))
+
+
+def test_axis_ticks_are_round_and_include_zero():
+    from cast_shapes.bench_plot import nice_ticks
+
+    ticks = nice_ticks(-0.0378, 0.0374)
+    assert 0.0 in ticks and ticks == sorted(ticks)
+    assert ticks == [-0.02, 0.0, 0.02]  # a quarter of the span is 0.0188: the step is 0.02
+    assert nice_ticks(0.0, 1.0) == [0.0, 0.5, 1.0] and nice_ticks(0.001, 0.009) == [0.002, 0.004, 0.006, 0.008]

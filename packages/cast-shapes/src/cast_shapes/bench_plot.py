@@ -4,10 +4,21 @@ a method moves and whether the bars clear zero."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 COLOURS = [(200, 40, 40), (40, 90, 200), (40, 150, 60), (150, 60, 180), (220, 140, 20), (90, 90, 90),
            (30, 160, 170), (170, 110, 60)]
+
+
+def nice_ticks(lo: float, hi: float, target: int = 4) -> list[float]:
+    """Axis ticks at multiples of a 1, 2 or 5 × 10^k step, so that 0 is one of them whenever it
+    lies in ``[lo, hi]`` (evenly spaced raw values put a "+0.002" next to the zero line)."""
+    raw = (hi - lo) / target
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(lo / step)
+    return [round(k * step, 12) for k in range(first, math.floor(hi / step) + 1)]
 
 
 def plot_gains(path: Path, summary: dict) -> None:
@@ -28,9 +39,9 @@ def plot_gains(path: Path, summary: dict) -> None:
     sy = lambda y: top + (hi - y) / (hi - lo) * (H - pad - top)  # noqa: E731
     d.line([(pad, sy(0)), (W - 10, sy(0))], fill=(0, 0, 0))
     d.line([(pad, top), (pad, H - pad)], fill=(0, 0, 0))
-    for t in range(5):
-        y = lo + (hi - lo) * t / 4
-        d.text((4, sy(y) - 6), f"{y:+.3f}", fill=(80, 80, 80))
+    for y in nice_ticks(lo, hi):
+        d.line([(pad - 4, sy(y)), (pad, sy(y))], fill=(0, 0, 0))
+        d.text((4, sy(y) - 6), f"{y:+.3f}" if y else "0", fill=(80, 80, 80))
     group_w = (W - pad - 20) / max(1, len(metrics))
     bar_w = max(4.0, (group_w - 20) / max(1, len(methods)))
     for j, k in enumerate(metrics):
