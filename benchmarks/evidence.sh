@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The evidence benchmark (README, "CAST vs Flow-GRPO at 12,800 images"): base vs flow-grpo vs cast,
-# three training seeds each, then the judge-resolution ablation and the estimator-only row, one
-# training seed each. Every step resumes: run this script again after a crash or a stopped
-# session and it continues where it stopped; finished runs are never redone.
+# three training seeds each; then the judge-resolution ablation (the full degradation, grid + blur +
+# 20 % noise, at three training seeds) and the extra rows (grid only, grid + blur, the learned judge,
+# the estimator-only flow-grpo-cast-window) at one training seed each. Every step resumes: run this
+# script again after a crash or a stopped session and it continues where it stopped; finished runs
+# are never redone.
 #   bash benchmarks/evidence.sh [OUT]          (default ~/.cache/cast/bench-12800)
-# About 20-45 min per run on 2 CPU cores (longer at one thread); 11 runs for one seed of each
-# ablation, then the last line adds seeds 1 and 2 of every ablation (three if time allows).
+# About 20-45 min per run on 2 CPU cores (longer at one thread); the last line adds seeds 1 and 2
+# of every extra row.
 set -euo pipefail
 OUT=${1:-$HOME/.cache/cast/bench-12800}
 CAST=${CAST:-$(dirname "$0")/../.venv/bin/cast}
 "$CAST" bench --out "$OUT"                                   # flow-grpo, cast x training seeds 0, 1, 2
-for m in cast-learned-judge cast-judge-grid-blur-noise cast-judge-grid flow-grpo-cast-window cast-judge-grid-blur; do
-  "$CAST" bench --out "$OUT" --seeds 1 --method flow-grpo --method cast --method "$m"
-done
+one_seed() { for m in "$@"; do "$CAST" bench --out "$OUT" --seeds 1 --method flow-grpo --method cast --method "$m"; done; }
+one_seed cast-learned-judge cast-judge-grid-blur-noise cast-judge-grid
+# the ablation (grid + blur + 20 % noise) at three training seeds before the extra rows
+"$CAST" bench --out "$OUT" --method flow-grpo --method cast --method cast-judge-grid-blur-noise
+one_seed flow-grpo-cast-window cast-judge-grid-blur
 "$CAST" bench --out "$OUT" --method flow-grpo --method cast --method cast-judge-grid \
   --method cast-judge-grid-blur-noise --method flow-grpo-cast-window --method cast-judge-grid-blur \
   --method cast-learned-judge
