@@ -10,7 +10,7 @@ import pytest
 from cast_core.config import ConfigError
 from cast_shapes.bench import FULL_SHARED, METHODS, QUICK_METHODS, _check_plan, format_table, overrides_for, plan
 from cast_shapes.bench_plot import plot_gains
-from cast_shapes.bench_stats import gain_ratio, method_gain, ratio_text, summarise
+from cast_shapes.bench_stats import gain_ratio, method_gain, ratio_cell, ratio_text, summarise
 
 
 def fake_run(method, seed, deltas, skill=None):
@@ -70,6 +70,8 @@ def test_gain_ratio_point_interval_and_undefined():
     assert n["ratio"] is not None and n["ci"] is None
     text = ratio_text(n)  # a gain the data cannot tell from zero gives no ratio, only both gains
     assert text.startswith("not determined (flow-grpo +0.001, ≤ 0 in ") and f"{n['ratio']:.2f}" not in text
+    assert ratio_cell(r) == f"{r['ratio']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
+    assert ratio_cell(u) == "undefined" and ratio_cell(n) == f"n.d. ({100 * n['den_not_positive_share']:.0f}%)"
 
 
 def test_summary_table_and_figure(tmp_path):
@@ -84,6 +86,18 @@ def test_summary_table_and_figure(tmp_path):
     json.dumps(summary)
     table = format_table(summary)
     assert "gain ratio cast/flow-grpo on gm: 2.00 [" in table and "+0.0200 ±" in table
+    assert "every method" not in table  # no ablation: no second ratio table
+    results["cast-judge-grid"] = [fake_run("cast-judge-grid", s, [0.015, 0.018, 0.012], [0.03, 0.02, 0.01])
+                                  for s in range(3)]
+    s = summarise(results)
+    assert s["ratio"]["by_metric"]["gm"]["ratio"] == pytest.approx(2.0)
+    assert s["ratios"]["by_method"]["cast-judge-grid"]["gm"]["ratio"] == pytest.approx(1.5)
+    assert s["ratios"]["by_method"]["cast-judge-grid"]["object"]["ratio"] == pytest.approx(2.0)
+    assert "flow-grpo" not in s["ratios"]["by_method"]
+    table = format_table({**summary, **s})
+    row = next(line for line in table.splitlines() if line.startswith("cast-judge-grid ") and "[" in line)
+    assert row.split()[1:4] == ["1.50", "[1.50,", "1.50]"]  # every cell 1.5x: the interval is a point
+    assert row.endswith("n.d. (4%)")  # flow-grpo's object gain has a zero cell: <= 0 in 4% of the draws
     plot_gains(tmp_path / "b.png", summary)
     assert (tmp_path / "b.png").stat().st_size > 1000
 

@@ -234,7 +234,7 @@ def run_bench(out: Path, plan_: BenchPlan, log: Callable[[str], None] = print) -
 
 
 def format_table(summary: dict) -> str:
-    from cast_shapes.bench_stats import METRICS_ORDER, ratio_text
+    from cast_shapes.bench_stats import METRICS_ORDER, ratio_cell, ratio_text
 
     p = summary["plan"]
     metrics = [k for k in METRICS_ORDER if any(k in g for g in summary["gains"].values())]
@@ -248,4 +248,10 @@ def format_table(summary: dict) -> str:
     r = summary["ratio"]
     for k, v in r["by_metric"].items():
         lines.append(f"gain ratio {r['numerator']}/{r['denominator']} on {k}: {ratio_text(v)}")
+    others = {m: by for m, by in summary.get("ratios", {}).get("by_method", {}).items() if m != r["numerator"]}
+    if others:
+        lines.append(f"gain ratio of every method to {r['denominator']} (95% bootstrap interval; undefined: "
+                     f"{r['denominator']} did not gain; n.d.: its gain is <= 0 in that share of the draws)")
+        lines += [f"{m:28s} " + " ".join(f"{ratio_cell(by[k]) if k in by else '-':>18s}" for k in metrics)
+                  for m, by in others.items()]
     return "\n".join(lines)

@@ -86,16 +86,21 @@ def gain_ratio(num: Sequence[dict], den: Sequence[dict], metric: str, draws: int
 
 
 def summarise(results: dict[str, list[dict]], numerator: str = "cast", denominator: str = "flow-grpo") -> dict:
-    """Per method and metric its gain; per metric the ratio ``numerator``/``denominator``."""
+    """Per method and metric its gain; per metric the ratio ``numerator``/``denominator``
+    (``ratio``, the headline), and every other method's ratio to ``denominator`` (``ratios``):
+    an ablation's ratio is what the headline would be with that ablation's judge."""
     gains = {m: {k: g for k in METRICS_ORDER if (g := method_gain(runs, k)) is not None}
              for m, runs in results.items()}
     ratios = {}
-    if numerator in results and denominator in results:
-        for k in METRICS_ORDER:
-            r = gain_ratio(results[numerator], results[denominator], k)
-            if r is not None:
-                ratios[k] = r
-    return {"gains": gains, "ratio": {"numerator": numerator, "denominator": denominator, "by_metric": ratios}}
+    if denominator in results:
+        for m in results:
+            by_metric = {k: r for k in METRICS_ORDER if m != denominator
+                         and (r := gain_ratio(results[m], results[denominator], k)) is not None}
+            if by_metric:
+                ratios[m] = by_metric
+    return {"gains": gains, "ratio": {"numerator": numerator, "denominator": denominator,
+                                      "by_metric": ratios.get(numerator, {})},
+            "ratios": {"denominator": denominator, "by_method": ratios}}
 
 
 def ratio_text(r: dict) -> str:
@@ -105,4 +110,13 @@ def ratio_text(r: dict) -> str:
     if r["ci"] is None:
         return (f"not determined (flow-grpo {r['den_gain']:+.3f}, ≤ 0 in "
                 f"{100 * r['den_not_positive_share']:.0f}% of draws; cast {r['num_gain']:+.3f})")
+    return f"{r['ratio']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
+
+
+def ratio_cell(r: dict) -> str:
+    """The short form of :func:`ratio_text` for a table of ratios (the legend says the rest)."""
+    if r["ratio"] is None:
+        return "undefined"
+    if r["ci"] is None:
+        return f"n.d. ({100 * r['den_not_positive_share']:.0f}%)"
     return f"{r['ratio']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
