@@ -2,9 +2,9 @@
 # The evidence benchmark (README, "CAST vs Flow-GRPO at 12,800 images"): base vs flow-grpo vs cast,
 # three training seeds each; then the judge-resolution ablation (the full degradation, grid + blur +
 # 20 % noise) and the estimator-only flow-grpo-cast-window at three training seeds, and the extra
-# rows (grid only, grid + blur, the learned judge) at one training seed each. Every step resumes: run this
-# script again after a crash or a stopped session and it continues where it stopped; finished runs
-# are never redone.
+# rows (grid only, grid + blur, the learned judge) at one training seed each. Every step resumes:
+# run this script again after a crash or a stopped session and it continues where it stopped;
+# finished runs are never redone.
 #   bash benchmarks/evidence.sh [OUT]          (default ~/.cache/cast/bench-12800)
 # About 20-45 min per run on 2 CPU cores (longer at one thread); the last line adds seeds 1 and 2
 # of every extra row.
