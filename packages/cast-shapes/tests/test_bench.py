@@ -102,6 +102,24 @@ def test_summary_table_and_figure(tmp_path):
     assert (tmp_path / "b.png").stat().st_size > 1000
 
 
+def test_progress_counts_only_unfinished_runs_as_time_left(tmp_path, monkeypatch):
+    import cast_shapes.bench as bench
+
+    p = plan(quick=True, seeds=2)  # jobs: flow-grpo s0, cast s0, flow-grpo s1, cast s1
+    for name in ("flow-grpo-s0", "flow-grpo-s1"):  # finished earlier
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "result.json").write_text("{}")
+    clock = iter(range(0, 10_000, 300))  # every time.time() call moves 5 min on
+    monkeypatch.setattr(bench.time, "time", lambda: next(clock))
+    monkeypatch.setattr(bench, "run_one", lambda m, s, *_: fake_run(m, s, [0.01, 0.02]))
+    lines = []
+    bench.run_bench(tmp_path, p, log=lines.append)
+    assert lines == ["[1/4] flow-grpo training seed 0 (finished earlier)",
+                     "[2/4] cast training seed 0",
+                     "[3/4] flow-grpo training seed 1 (finished earlier), about 5 min left",
+                     "[4/4] cast training seed 1, about 5 min left"]
+
+
 def test_a_second_plan_is_refused_but_more_methods_and_seeds_are_not(tmp_path):
     _check_plan(tmp_path, plan(quick=True))
     _check_plan(tmp_path, plan(quick=True, seeds=5, methods=("cast", "cast-judge-grid")))

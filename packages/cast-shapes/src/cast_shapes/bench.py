@@ -215,10 +215,11 @@ def run_bench(out: Path, plan_: BenchPlan, log: Callable[[str], None] = print) -
     _check_plan(out, plan_)
     jobs = [(m, s) for s in plan_.seeds for m in plan_.methods]  # seed-major: early stops still compare methods
     results: dict[str, list[dict]] = {m: [] for m in plan_.methods}
+    pending = [not (out / "runs" / f"{m}-s{s}" / "result.json").exists() for m, s in jobs]
     fresh_s, fresh_n = 0.0, 0
     for i, (method, seed) in enumerate(jobs):
-        finished = (out / "runs" / f"{method}-s{seed}" / "result.json").exists()
-        eta = f", about {fresh_s / fresh_n * (len(jobs) - i) / 60:.0f} min left" if fresh_n else ""
+        finished, left = not pending[i], sum(pending[i:])  # a finished run costs no time: not in the estimate
+        eta = f", about {fresh_s / fresh_n * left / 60:.0f} min left" if fresh_n and left else ""
         log(f"[{i + 1}/{len(jobs)}] {method} training seed {seed}{' (finished earlier)' if finished else ''}{eta}")
         t0 = time.time()
         results[method].append(run_one(method, seed, plan_, out, log))
