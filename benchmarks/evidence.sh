@@ -6,8 +6,8 @@
 # run this script again after a crash or a stopped session and it continues where it stopped;
 # finished runs are never redone.
 #   bash benchmarks/evidence.sh [OUT]          (default ~/.cache/cast/bench-12800)
-# About 20-60 min per run on 2 CPU cores, by machine (longer at one thread); the last line adds seeds 1 and 2
-# of every extra row.
+# About 20-60 min per run on 2 CPU cores, by machine (longer at one thread); the last line adds
+# seeds 1 and 2 of every extra row.
 set -euo pipefail
 OUT=${1:-$HOME/.cache/cast/bench-12800}
 CAST=${CAST:-$(dirname "$0")/../.venv/bin/cast}
