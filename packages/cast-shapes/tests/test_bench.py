@@ -120,6 +120,26 @@ def test_progress_counts_only_unfinished_runs_as_time_left(tmp_path, monkeypatch
                      "[4/4] cast training seed 1, about 5 min left"]
 
 
+def test_one_run_end_to_end_records_its_machine_and_is_never_redone(tmp_path):
+    """The smallest real run: one training step, one evaluation seed on the quick suite."""
+    import torch
+    from cast_shapes.bench import run_one
+
+    from dataclasses import replace
+
+    p = replace(plan(quick=True, seeds=1, steps=1, eval_seeds=(0,)), eval_limit=4, images_per_prompt=1,
+                prompts_per_step=1, group_size=4)
+    result = run_one("cast", 0, p, tmp_path, log=lambda line: None)
+    assert result["machine"] == {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                                 "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    (row,) = result["per_eval_seed"]
+    assert row["gm_difference"]["delta"] == pytest.approx(row["gm"] - row["base_gm"])
+    assert json.loads((tmp_path / "runs" / "cast-s0" / "result.json").read_text()) == result
+    (tmp_path / "base" / "eval-seed-0.json").unlink()  # a finished run reads result.json, evaluates nothing
+    assert run_one("cast", 0, p, tmp_path, log=lambda line: None) == result
+    assert not (tmp_path / "base" / "eval-seed-0.json").exists()
+
+
 def test_a_second_plan_is_refused_but_more_methods_and_seeds_are_not(tmp_path):
     _check_plan(tmp_path, plan(quick=True))
     _check_plan(tmp_path, plan(quick=True, seeds=5, methods=("cast", "cast-judge-grid")))

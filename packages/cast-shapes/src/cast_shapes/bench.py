@@ -154,6 +154,16 @@ def _row(eval_seed: int, base: dict, trained: dict) -> dict:
             "skill_differences": paired_skill_differences(base, trained)}
 
 
+def machine() -> dict:
+    """What trained the run: another CPU's kernels (AVX2 against AVX-512) train a different adapter
+    from the same seed, as far from it as another training seed (docs/shapes-rl.md), so a run's
+    record says which kernels it had."""
+    import torch
+
+    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "threads": torch.get_num_threads()}
+
+
 def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[[str], None]) -> dict:
     """Train one (method, training seed) run and evaluate its final adapter at every evaluation
     seed, paired with the base; cached in ``result.json``."""
@@ -184,7 +194,7 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
         trained = _evaluate_cached(run / "eval" / f"seed-{s}.json", ckpt / "adapter", plan_, s, cfg)
         rows.append(_row(s, base, trained))
     result = {"method": method, "seed": seed, "images": plan_.images_per_run, "train_wall_s": train_s,
-              "checkpoint": ckpt.name, "per_eval_seed": rows}
+              "checkpoint": ckpt.name, "machine": machine(), "per_eval_seed": rows}
     tmp = done.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(done)
