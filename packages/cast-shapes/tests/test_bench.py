@@ -122,10 +122,10 @@ def test_progress_counts_only_unfinished_runs_as_time_left(tmp_path, monkeypatch
 
 def test_one_run_end_to_end_records_its_machine_and_is_never_redone(tmp_path):
     """The smallest real run: one training step, one evaluation seed on the quick suite."""
+    from dataclasses import replace
+
     import torch
     from cast_shapes.bench import run_one
-
-    from dataclasses import replace
 
     p = replace(plan(quick=True, seeds=1, steps=1, eval_seeds=(0,)), eval_limit=4, images_per_prompt=1,
                 prompts_per_step=1, group_size=4)

@@ -164,13 +164,17 @@ def machine() -> dict:
             "threads": torch.get_num_threads()}
 
 
+def _run_dir(root: Path, method: str, seed: int) -> Path:
+    return root / "runs" / f"{method}-s{seed}"
+
+
 def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[[str], None]) -> dict:
     """Train one (method, training seed) run and evaluate its final adapter at every evaluation
     seed, paired with the base; cached in ``result.json``."""
     from cast_core.checkpoints import latest_checkpoint, step_of
     from cast_core.trainer import Trainer
 
-    run = root / "runs" / f"{method}-s{seed}"
+    run = _run_dir(root, method, seed)
     done = run / "result.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -225,7 +229,7 @@ def run_bench(out: Path, plan_: BenchPlan, log: Callable[[str], None] = print) -
     _check_plan(out, plan_)
     jobs = [(m, s) for s in plan_.seeds for m in plan_.methods]  # seed-major: early stops still compare methods
     results: dict[str, list[dict]] = {m: [] for m in plan_.methods}
-    pending = [not (out / "runs" / f"{m}-s{s}" / "result.json").exists() for m, s in jobs]
+    pending = [not (_run_dir(out, m, s) / "result.json").exists() for m, s in jobs]
     fresh_s, fresh_n = 0.0, 0
     for i, (method, seed) in enumerate(jobs):
         finished, left = not pending[i], sum(pending[i:])  # a finished run costs no time: not in the estimate
