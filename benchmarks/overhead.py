@@ -62,7 +62,7 @@ def sampling(repeats: int, batch: int, steps: int) -> dict:
 
 
 def train_steps(repeats: int) -> dict:
-    from cast_core.commands.train import build_config
+    from cast_core.config import build_config
     from cast_core.trainer import Trainer
 
     common = ["window=\"none\"", "window_start=0", "window_size=3", "prompts_per_step=2", "group_size=8",
@@ -70,7 +70,7 @@ def train_steps(repeats: int) -> dict:
     trainers = {}
     for name, extra in (("flow-grpo", ["ratio_mode=\"sample\""]), ("cast", ["ratio_mode=\"position\""])):
         projector = "scalar" if name == "flow-grpo" else "spatial"
-        cfg = build_config("shapes", None, None, None, None, projector, None, common + extra, 1000)
+        cfg = build_config(recipe="shapes", components={"projector": projector}, sets=common + extra, steps=1000)
         trainers[name] = Trainer(cfg, tempfile.mkdtemp(prefix=f"bench-{name}-"), log=lambda m: None)
     times = median_step_times(trainers, repeats)
     f, c = times["flow-grpo"], times["cast"]
@@ -78,11 +78,11 @@ def train_steps(repeats: int) -> dict:
 
 
 def precision_steps(repeats: int) -> dict:
-    from cast_core.commands.train import build_config
+    from cast_core.config import build_config
     from cast_core.trainer import Trainer
 
     common = ["window=\"fixed\"", "window_kwargs={start=2, size=2}", "sample_every=0", "checkpoint_every=1000000"]
-    trainers = {p: Trainer(build_config("shapes", None, None, None, None, None, None, common + [f"precision=\"{p}\""], 1000),
+    trainers = {p: Trainer(build_config(recipe="shapes", sets=common + [f"precision=\"{p}\""], steps=1000),
                            tempfile.mkdtemp(prefix=f"bench-{p}-"), log=lambda m: None) for p in ("no", "bf16")}
     times = median_step_times(trainers, repeats)
     f, b = times["no"], times["bf16"]

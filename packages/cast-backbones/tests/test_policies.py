@@ -211,7 +211,7 @@ def test_the_text_encoder_has_its_own_device():
 def test_a_typo_in_policy_kwargs_is_caught_through_the_options_chain():
     """The policies pass **options up to DiffusersPolicy; the trainer's check follows them."""
     from cast_core.config import ConfigError
-    from cast_core.trainer import check_factory_kwargs
+    from cast_core.registry import check_factory_kwargs
 
     with pytest.raises(ConfigError, match="takes no argument 'lora_rnk'. Did you mean 'lora_rank'"):
         check_factory_kwargs("policy", "flux2", {"path": "x", "lora_rnk": 4}, "policy_kwargs")

@@ -48,11 +48,11 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     record = {"rank": trainer.dist.rank, "world": trainer.dist.world, "steps": [], "sharded": trainer.sharded}
     real_update = trainer.update
 
-    def spy(rollout, rows, ids, advantages, kept):
-        record["steps"].append({"ids": [list(i) for i in ids], "advantages": advantages.tolist(),
+    def spy(rollout, scored):
+        record["steps"].append({"ids": [list(i) for i in scored.ids], "advantages": scored.advantages.tolist(),
                                 "window": [rollout.window.start, rollout.window.size],
                                 "images": rollout.images.tolist()})
-        return real_update(rollout, rows, ids, advantages, kept)
+        return real_update(rollout, scored)
 
     trainer.update = spy
     decomposed = []

@@ -173,7 +173,7 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
 
 @pytest.mark.parametrize("value, seeds", [("0,1,2", [0, 1, 2]), ("0-3,777", [0, 1, 2, 3, 777]), (" 5 , 2-3 ", [5, 2, 3])])
 def test_seed_lists_take_ranges(value, seeds):
-    from cast_core.commands.inputs import parse_seed_list
+    from cast_core.seeding import parse_seed_list
 
     assert parse_seed_list(value, "--seeds") == seeds
 
@@ -183,7 +183,7 @@ def test_seed_lists_take_ranges(value, seeds):
 def test_bad_seed_lists_say_what_is_wrong(value, message):
     import click
 
-    from cast_core.commands.inputs import parse_seed_list
+    from cast_core.seeding import parse_seed_list
 
     with pytest.raises(click.BadParameter, match=re.escape(message)):
         parse_seed_list(value, "--seeds")

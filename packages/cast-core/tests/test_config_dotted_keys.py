@@ -4,14 +4,14 @@ entries the recipe gave it (the backbone recipes set LoRA rank, devices and size
 import pytest
 import torch
 
-from cast_core.commands.train import build_config
+from cast_core.config import build_config
 from cast_core.config import ConfigError, TrainConfig, parse_set
 
 
 def test_dotted_keys_merge_into_the_recipe_dict():
-    cfg = build_config("cast", "fake", None, None, None, None, None,
-                       ["policy_kwargs={lora = 4, size = {h = 1, w = 2}}", "policy_kwargs.path=/models/x",
-                        "policy_kwargs.size.w=3", 'window_kwargs.embedder="pixels"'], None)
+    cfg = build_config(recipe="cast", components={"policy": "fake"},
+                       sets=["policy_kwargs={lora = 4, size = {h = 1, w = 2}}", "policy_kwargs.path=/models/x",
+                             "policy_kwargs.size.w=3", 'window_kwargs.embedder="pixels"'])
     assert cfg.policy_kwargs == {"lora": 4, "size": {"h": 1, "w": 3}, "path": "/models/x"}
     assert cfg.window_kwargs["embedder"] == "pixels"
 
@@ -44,16 +44,16 @@ def test_window_keys_a_selector_would_ignore_are_refused():
     """With a window selector (the recipes' default) window_start / window_size do nothing: say so."""
     with pytest.raises(ConfigError, match="window_size and window_start would be ignored: this run.s window comes "
                                           "from the 'random' selector \\(recipe 'flow-grpo'\\)"):
-        build_config("flow-grpo", "fake", None, None, None, None, None, ["window_start=1", "window_size=3"], None)
-    cfg = build_config("flow-grpo", "fake", None, None, None, None, None,
-                       ["window=none", "window_start=1", "window_size=3"], None)
+        build_config(recipe="flow-grpo", components={"policy": "fake"}, sets=["window_start=1", "window_size=3"])
+    cfg = build_config(recipe="flow-grpo", components={"policy": "fake"},
+                       sets=["window=none", "window_start=1", "window_size=3"])
     assert (cfg.window, cfg.window_start, cfg.window_size) == (None, 1, 3)  # without the selector they apply
 
 
 def test_a_huge_seed_range_is_refused_before_it_is_built():
     import click
 
-    from cast_core.commands.inputs import MAX_SEEDS, parse_seed_list
+    from cast_core.seeding import MAX_SEEDS, parse_seed_list
 
     assert parse_seed_list("0-4,777", "--seeds") == [0, 1, 2, 3, 4, 777]
     with pytest.raises(click.BadParameter, match=f"more than {MAX_SEEDS} seeds"):
@@ -140,3 +140,14 @@ def test_a_typo_in_a_factory_option_fails_before_anything_is_built(tmp_path):
     cfg.policy_kwargs, cfg.scorer_kwargs = {}, {"valeu": 0.3}
     with pytest.raises(ConfigError, match="config key 'scorer_kwargs': atom scorer 'constant' takes no argument 'valeu'"):
         Trainer(cfg, tmp_path / "r2", log=lambda m: None)
+
+
+def test_recipe_is_the_option_and_plugin_still_works():
+    """``--recipe`` names what ``--plugin`` selected; scripts written with ``--plugin`` keep working."""
+    from cast_core.commands.signal import signal_command
+    from cast_core.commands.train import train_command
+
+    for command in (train_command, signal_command):
+        for flag in ("--recipe", "--plugin"):
+            ctx = command.make_context(command.name, [flag, "flow-grpo"])
+            assert ctx.params["recipe"] == "flow-grpo", (command.name, flag)

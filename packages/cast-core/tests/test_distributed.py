@@ -70,8 +70,10 @@ def test_two_processes_train_as_one(tmp_path, overrides):
     for step in range(3):
         a1, a2 = by_id(one, step, "advantages"), by_id(two, step, "advantages")
         assert a1.keys() == a2.keys() and len(a1) == 12
-        for k in a1:  # the split group's advantages are the whole group's
-            torch.testing.assert_close(torch.tensor(a2[k]), torch.tensor(a1[k]), atol=1e-5, rtol=1e-5)
+        for k in a1:  # the split group's advantages are the whole group's (a group judged in halves
+            # would differ by O(1); float32 kernels that depend on the batch shape move a z-score by
+            # ~2e-5 on some CPUs, so the tolerance is 1e-4, not the images' 1e-5)
+            torch.testing.assert_close(torch.tensor(a2[k]), torch.tensor(a1[k]), atol=1e-4, rtol=1e-4)
         i1, i2 = by_id(one, step, "images"), by_id(two, step, "images")
         for k in i1:  # per-sample noise: the same image on whichever rank draws it
             torch.testing.assert_close(torch.tensor(i2[k]), torch.tensor(i1[k]), atol=1e-5, rtol=1e-5)

@@ -82,8 +82,8 @@ def test_x0_heatmaps_are_scored_per_step(tmp_path):
     sees a map call per sampling step, each on that step's x̂0."""
     cfg = fake_config(heatmap_source="x0", prompts_per_step=1)
     trainer = Trainer(cfg, tmp_path / "run", log=quiet)
-    trainer.scorer = RecordingScorer()
-    calls = trainer.scorer.calls
+    trainer.judge.scorer = RecordingScorer()
+    calls = trainer.judge.scorer.calls
     step_signal(trainer, batches=2)
     per_batch = calls[: len(calls) // 2]  # two batches, the same calls each
     maps = [images for images, wants_maps in per_batch if wants_maps]

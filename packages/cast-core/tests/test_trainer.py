@@ -161,7 +161,7 @@ class FlakyScorer:
 def test_scorer_failures_and_nan_scores_skip_groups_not_runs(tmp_path):
     logs = []
     trainer = Trainer(fake_config(steps=6, prompts_per_step=3, sample_every=0), tmp_path / "run", log=logs.append)
-    trainer.scorer = FlakyScorer()
+    trainer.judge.scorer = FlakyScorer()
     last = trainer.run()
     assert trainer.counters["scorer_failures"] == 12  # two bad prompts a step, six steps
     assert any("scorer failed on prompt 'a red circle'" in line and "judge timed out" in line for line in logs)
@@ -198,7 +198,8 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
     trainer = Trainer(cfg, tmp_path / "run", log=quiet)
     prompts = trainer.pick_prompts(0)
     rollout = trainer.rollout(prompts, trainer.window_for(0, prompts), 0)
-    rows, ids, adv, kept, _ = trainer.score_groups(prompts, rollout)
+    scored = trainer.score_groups(prompts, rollout)
+    rows, adv = scored.rows, scored.advantages
     assert rows == list(range(len(rollout.prompts)))
     with torch.no_grad():  # move off-policy so that ratios and clipping matter
         for p in trainer.params:
@@ -213,7 +214,7 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
         r = np.exp(lp.mean(dim=(1, 2)).numpy().astype(np.float64) - rollout.log_probs[:, t].mean(1).numpy())
         unclipped, clipped = -a * r, -a * np.clip(r, 1 - cfg.clip_range, 1 + cfg.clip_range)
         expected.append(np.mean(np.maximum(unclipped, clipped)))
-    got = trainer.update(rollout, rows, ids, adv, kept)
+    got = trainer.update(rollout, scored)
     assert got["loss"] == pytest.approx(float(np.mean(expected)), rel=1e-4, abs=1e-7)
     assert got["clip_fraction"] > 0
 
@@ -305,11 +306,11 @@ class RecordingScorer:
 @pytest.mark.parametrize("source", ["final", "x0"])
 def test_heatmaps_come_from_the_image_heatmap_source_names(tmp_path, source):
     trainer = Trainer(fake_config(steps=1, prompts_per_step=1, heatmap_source=source), tmp_path / "run", log=quiet)
-    trainer.scorer = RecordingScorer()
+    trainer.judge.scorer = RecordingScorer()
     window = trainer.window_for(1, ["a red circle"])
     rollout = trainer.rollout(["a red circle"], window, 0)
     trainer.score_groups(["a red circle"], rollout)
-    calls = trainer.scorer.calls
+    calls = trainer.judge.scorer.calls
     assert torch.equal(calls[0][0], rollout.images)  # verdicts always judge the final images
     if source == "final":
         assert rollout.x0 is None and len(calls) == 1 and calls[0][1] is True
@@ -358,7 +359,7 @@ def test_block_noise_trains_on_policy_and_explores_block_constant_moves(tmp_path
     out = trainer.rollout(PROMPTS[:2], window, 0)
     sig = out.sigmas
     for t, si in enumerate(out.step_indices):
-        step = trainer.log_prob(out.latents[:, t], out.next_latents[:, t], sig[si], sig[si + 1], out.conditioning, sig[1])
+        step = trainer.updater.log_prob(out.latents[:, t], out.next_latents[:, t], sig[si], sig[si + 1], out.conditioning, sig[1])
         move = (out.next_latents[:, t] - step.mean).detach()
         torch.testing.assert_close(move, block_mean(move, 4), atol=1e-5, rtol=0)
         assert float(move.abs().max()) > 0
@@ -372,12 +373,13 @@ def test_block_noise_trains_on_policy_and_explores_block_constant_moves(tmp_path
 
 def test_progress_projects_the_step_a_time_budget_ends_at(monkeypatch):
     """A budgeted run shows the step it will stop at, not its huge step cap."""
-    from cast_core import trainer as trainer_mod
+    from cast_core import progress as progress_mod
+    from cast_core.progress import TrainingProgress
 
     now = [100.0]
-    monkeypatch.setattr(trainer_mod.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(progress_mod.time, "monotonic", lambda: now[0])
     lines: list[str] = []
-    progress = trainer_mod._Progress(100000, 0, lines.append, minutes=1.0)
+    progress = TrainingProgress(100000, 0, lines.append, minutes=1.0)
     progress.tty = False
     now[0] += 6.0  # two steps took 6 s; 54 s of the budget are left: 18 more steps
     assert progress.expected_total(2) == 20
@@ -385,8 +387,8 @@ def test_progress_projects_the_step_a_time_budget_ends_at(monkeypatch):
     assert lines[-1].startswith("step 2/20 ") and lines[-1].endswith(" 0.1/1 min")
     now[0] += 55.0  # past the budget: the current step is the last
     assert progress.expected_total(3) == 3
-    assert trainer_mod._Progress(50, 0, lines.append, minutes=1.0).expected_total(0) == 50
-    assert trainer_mod._Progress(50, 0, lines.append).expected_total(10) == 50  # no budget: the step cap
+    assert TrainingProgress(50, 0, lines.append, minutes=1.0).expected_total(0) == 50
+    assert TrainingProgress(50, 0, lines.append).expected_total(10) == 50  # no budget: the step cap
 
 
 def test_bf16_precision_autocasts_sampling_and_update_and_stays_on_policy(tmp_path):

@@ -33,9 +33,9 @@ def capture(tmp_path) -> dict:
     perturbed(trainer)
     box = {}
 
-    def spy(rollout, rows, ids, advantages, kept):
-        box.update(rollout=rollout, rows=list(rows), ids=list(ids), advantages=advantages.clone(),
-                   all_ids=[(v.index, g) for v in kept for g in range(trainer.config.group_size)])
+    def spy(rollout, scored):
+        box.update(rollout=rollout, rows=list(scored.rows), ids=list(scored.ids), advantages=scored.advantages.clone(),
+                   all_ids=[(v.index, g) for v in scored.kept for g in range(trainer.config.group_size)])
         return {}
 
     trainer.update = spy
@@ -43,7 +43,7 @@ def capture(tmp_path) -> dict:
     return box
 
 
-def fresh(tmp_path, name: str, *, dist=None, counters=None, trap=False, optimizer=None, ddp=False,
+def fresh(tmp_path, name: str, *, dist=None, trap=False, optimizer=None, ddp=False,
           **cfg) -> PolicyUpdate:
     """An updater on a policy with the captured trainer's weights (same seed, same perturbation),
     plain SGD unless told otherwise."""
@@ -58,13 +58,15 @@ def fresh(tmp_path, name: str, *, dist=None, counters=None, trap=False, optimize
         dist.accelerator.attach(module, params)
     return PolicyUpdate(tr.config, policy, params, optimizer or torch.optim.SGD(params, lr=LR),
                         dist or Distributed(), module=module, autocast=contextlib.nullcontext,
-                        image_size=tr.image_size, log=quiet, counters={} if counters is None else counters, ema=None)
+                        image_size=tr.image_size, log=quiet, ema=None)
 
 
 def run(up: PolicyUpdate, box: dict, step: int = 0, advantages=None, rows=None, ids=None) -> dict:
+    """The update's metrics, with its count of skipped minibatches as ``skipped``."""
     adv = box["advantages"] if advantages is None else advantages
-    return up.run(box["rollout"], box["rows"] if rows is None else rows, box["ids"] if ids is None else ids, adv,
+    metrics, skipped = up.run(box["rollout"], box["rows"] if rows is None else rows, box["ids"] if ids is None else ids, adv,
                   box["all_ids"], step)
+    return {**metrics, "skipped": skipped}
 
 
 def flat(up: PolicyUpdate) -> torch.Tensor:
@@ -248,27 +250,24 @@ class TrapPolicy:
 
 def test_a_non_finite_gradient_under_a_finite_loss_skips_the_update(tmp_path):
     box = capture(tmp_path)
-    counters = {}
-    up = fresh(tmp_path, "u", trap=True, counters=counters)
+    up = fresh(tmp_path, "u", trap=True)
     before = flat(up)
     m = run(up, box)
     assert m["loss"] == m["loss"], "the loss itself is finite"
-    assert counters == {"skipped_updates": 1}
+    assert m["skipped"] == 1
     assert torch.equal(flat(up), before), "no parameter moved"
 
 
 def test_a_skipped_minibatch_does_not_end_the_epoch(tmp_path):
     box = capture(tmp_path)
-    counters = {}
-    up = fresh(tmp_path, "u", minibatch_size=8, counters=counters)
+    up = fresh(tmp_path, "u", minibatch_size=8)
     first = set(sorted(box["all_ids"])[:8])  # epoch 0 runs in sampling order
     adv = box["advantages"].clone()
     for i, sid in enumerate(box["ids"]):
         if sid in first:
             adv[i] = float("nan")
     before = flat(up)
-    run(up, box, advantages=adv)
-    assert counters == {"skipped_updates": 1}
+    assert run(up, box, advantages=adv)["skipped"] == 1
     after = flat(up)
     assert bool(torch.isfinite(after).all()) and not torch.equal(after, before), "the second minibatch stepped"
 

@@ -24,9 +24,9 @@ def captured_rollout(trainer) -> dict:
     box = {}
     real = trainer.update
 
-    def spy(rollout, rows, ids, advantages, kept):
-        box["rollout"], box["advantages"], box["ids"] = rollout, advantages, ids
-        return real(rollout, rows, ids, advantages, kept)
+    def spy(rollout, scored):
+        box["rollout"], box["advantages"], box["ids"] = rollout, scored.advantages, scored.ids
+        return real(rollout, scored)
 
     trainer.update = spy
     return box

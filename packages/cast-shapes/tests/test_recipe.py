@@ -5,14 +5,14 @@ import json
 import pytest
 import torch
 
-from cast_core.commands.train import build_config
+from cast_core.config import build_config
 from cast_core.trainer import Trainer
 
 
 
 
 def test_shapes_is_the_default_recipe():
-    cfg = build_config(None, None, None, None, None, None, None, [], None)
+    cfg = build_config()
     assert (cfg.recipe, cfg.policy, cfg.scorer, cfg.decomposer, cfg.projector) == (
         "shapes", "shapes", "shapes-oracle", "template", "spatial")
 
@@ -20,7 +20,7 @@ def test_shapes_is_the_default_recipe():
 def test_short_cast_run_on_the_shapes_policy(random_weights, tmp_path):
     sets = [f'policy_kwargs={{weights = "{random_weights}"}}', "group_size=4", "prompts_per_step=2",
             "num_steps=4", "sample_every=2", "checkpoint_every=2"]
-    cfg = build_config("shapes", None, None, None, None, None, None, sets, 2)
+    cfg = build_config(recipe="shapes", sets=sets, steps=2)
     run = tmp_path / "run"
     Trainer(cfg, run, log=lambda m: None).run()
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -21,16 +21,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from cast_core.errors import CastError
+from cast_core.errors import CastError, ConfigError  # noqa: F401 - ConfigError is imported from here too
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
-
-
-class ConfigError(CastError, ValueError):
-    """A configuration key or value is invalid; the message says which and what is allowed."""
 
 
 def _f(default: Any, help: str, *, low: float | None = None, high: float | None = None,
@@ -340,3 +336,67 @@ def toml_value(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) to TOML")
+
+
+#: the recipes tried, in order, when none is named (the first one installed is used)
+DEFAULT_RECIPES = ("shapes", "cast")
+#: the component kinds a recipe names and a command line may replace one by one
+COMPONENT_KEYS = ("policy", "scorer", "window", "decomposer", "projector")
+
+
+def build_config(*, recipe: str | None = None, components: Mapping[str, str | None] | None = None,
+                 config_file: str | Path | None = None, sets: list[str] | tuple[str, ...] = (),
+                 steps: int | None = None) -> "TrainConfig":
+    """A validated config from its layers, lowest first: defaults → ``recipe`` (the first of
+    :data:`DEFAULT_RECIPES` installed when ``None``) → ``config_file`` → ``sets`` (``KEY=VALUE``)
+    → ``components`` and ``steps`` (explicit choices; ``None`` values are not given).
+
+    Keyword-only because the layers are easy to mix up and most callers give one or two: the CLI,
+    the shapes demo and bench, ``cast signal`` and the benchmarks all build their runs here."""
+    from cast_core.registry import get_recipe, list_components
+
+    components = dict(components or {})
+    unknown = sorted(set(components) - set(COMPONENT_KEYS))
+    if unknown:
+        raise TypeError(f"build_config: unknown component key(s) {unknown}; expected some of {COMPONENT_KEYS}")
+    cfg = TrainConfig()
+    name = recipe
+    if name is None:
+        installed = set(list_components("recipe"))
+        name = next((r for r in DEFAULT_RECIPES if r in installed), None)
+    if name is not None:
+        found = get_recipe(name)
+        parts = {k: getattr(found, k) for k in COMPONENT_KEYS}
+        cfg.update({k: v for k, v in parts.items() if v is not None}, f"recipe {name!r}")
+        cfg.update(dict(found.settings), f"recipe {name!r}")
+        cfg.recipe = name
+    user: set[str] = set()  # keys the user set (file or --set), to refuse those the run would ignore
+    if config_file:
+        values = load_toml(config_file)
+        update_from_file(cfg, values, config_file)
+        user |= set(values)
+    values = parse_set(list(sets))
+    cfg.update(values, "--set")
+    user |= {k.split(".")[0] for k in values}
+    flags = {**components, "steps": steps}
+    cfg.update({k: v for k, v in flags.items() if v is not None}, "command line")
+    ignored = sorted(user & {"window_start", "window_size"})
+    if ignored and cfg.window is not None:
+        raise ConfigError(f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
+                          f"{cfg.window!r} selector{f' (recipe {name!r})' if name else ''}. Set it through "
+                          f"window_kwargs (e.g. --window fixed --set window_kwargs.start=2 --set window_kwargs.size=2), "
+                          "or drop the selector with --set window=none")
+    return cfg.validate()
+
+
+def dotted_kwargs(sets, table: str, base: dict | None = None) -> dict:
+    """The ``table`` dict (``policy_kwargs``, ``scorer_kwargs``) from ``table.KEY=VALUE`` items,
+    merged into ``base`` as a training config merges them (nested keys by further dots): commands
+    that build one component take its options in the training config's spelling."""
+    values = parse_set(list(sets), "--set", f"{table}.path=DIR") if sets else {}
+    for key in values:
+        if not key.startswith(table + "."):
+            raise ConfigError(f"--set {key}=...: this command takes only {table}.KEY=VALUE "
+                              f"(e.g. --set {table}.path=/models/...)")
+    config = TrainConfig(**{table: dict(base or {})}).update(values, "--set")
+    return getattr(config, table)

@@ -55,3 +55,13 @@ class ScorerContractError(PluginError):
     """A scorer returned what the AtomScorer contract forbids (scores outside [0, 1], a score
     count that does not match the scene graph's atoms, heatmaps of the wrong shape). A plugin
     bug, so the run stops and names the scorer instead of training on nonsense."""
+
+
+class InputError(CastError):
+    """A user-supplied file (prompt list, image) is missing or malformed."""
+
+
+class ConfigError(CastError, ValueError):
+    """A configuration key or value is invalid; the message says which and what is allowed.
+    Defined here, not in :mod:`cast_core.config`, so that the registry can raise it without
+    importing the module that builds configs from recipes (a loop)."""

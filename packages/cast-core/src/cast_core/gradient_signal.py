@@ -90,22 +90,23 @@ def signal_steps(signal: StepSignal, z: float = 3.0) -> list[int]:
 
 
 def _draw_batch(trainer: Any, step: int, window: Window, x0_steps: tuple[int, ...] | None):
-    """One batch as training step ``step`` would draw it: rollout, verdicts, kept rows, advantages, GM."""
+    """One batch as training step ``step`` would draw it: rollout, verdicts, the rows of the kept
+    groups, their advantages, GM."""
     from cast_core.judging import reward_stats
 
     prompts = trainer.pick_prompts(step)
     rollout = trainer.rollout(prompts, window, step, x0_steps=x0_steps)
-    verdicts = trainer.judge(prompts, rollout)
-    kept, _, adv, _, _ = trainer.advantages(verdicts, rollout)
-    if not kept:
+    verdicts = trainer.verdicts(prompts, rollout)
+    scored = trainer.advantages(verdicts, rollout)
+    if not scored.rows:
         raise RuntimeError(f"step {step}: the scorer could not judge any group")
-    return rollout, verdicts, kept, adv, float(reward_stats(verdicts)["reward_gm"])
+    return rollout, verdicts, scored.rows, scored.advantages, float(reward_stats(verdicts)["reward_gm"])
 
 
 def _step_loss(trainer: Any, rollout, rows: torch.Tensor, cond, t: int, adv: torch.Tensor) -> torch.Tensor:
     sig, si = rollout.sigmas, rollout.step_indices[t]
-    cur = trainer.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1], cond, sig[1])
-    loss, _ = trainer.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
+    cur = trainer.updater.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1], cond, sig[1])
+    loss, _ = trainer.updater.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
     return loss
 
 
@@ -134,17 +135,18 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
     # x̂0 heatmaps must precede the step they weight: step t's map is scored on x̂0 at t
     per_step_maps = trainer.maps_from_x0
     for b in range(batches):
-        rollout, judged, kept, adv, gm = _draw_batch(trainer, first_step + b, Window(0, n_steps),
+        rollout, judged, kept_rows, adv, gm = _draw_batch(trainer, first_step + b, Window(0, n_steps),
                                                      tuple(range(n_steps)) if per_step_maps else None)
         gms.append(gm)
-        rows = torch.tensor(kept)
+        rows = torch.tensor(kept_rows)
         cond = select_rows(rollout.conditioning, rows)
         for p in trainer.params:
             p.grad = None
         for t in range(len(rollout.step_indices)):
             if per_step_maps and t > 0:  # verdicts once; only the maps change per step
-                kept_t, _, adv, _, _ = trainer.advantages(judged, rollout, x0_index=t)
-                if kept_t != kept:
+                scored = trainer.advantages(judged, rollout, x0_index=t)
+                adv = scored.advantages
+                if scored.rows != kept_rows:
                     raise RuntimeError(f"batch {b}: the scorer judged different groups at step {t}")
             _step_loss(trainer, rollout, rows, cond, t, adv).backward()
             per_step[t].append(_flat_grad(trainer))
@@ -174,9 +176,9 @@ def window_signal(trainer: Any, window: Window, batches: int = 8, *, first_step:
     window.check_fits(trainer.config.num_steps)
     grads, gms = [], []
     for b in range(batches):
-        rollout, _, kept, adv, gm = _draw_batch(trainer, first_step + b, window, None)
+        rollout, _, kept_rows, adv, gm = _draw_batch(trainer, first_step + b, window, None)
         gms.append(gm)
-        rows = torch.tensor(kept)
+        rows = torch.tensor(kept_rows)
         cond = select_rows(rollout.conditioning, rows)
         for p in trainer.params:
             p.grad = None

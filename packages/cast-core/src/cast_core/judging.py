@@ -12,7 +12,6 @@ rank's images removes the group on every rank, so no rank trains on a group the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -20,24 +19,15 @@ import torch
 from cast_core.aggregate import arithmetic_mean, geometric_mean
 from cast_core.distributed import Distributed
 from cast_core.errors import SceneGraphError, ScorerContractError, ScorerUnavailable
+from cast_core.protocols import HeatmapNeeds
 from cast_core.scene_graph import SceneGraph
-from cast_core.types import Rollout
+from cast_core.types import GroupVerdict, Rollout, ScoredGroups
 
 __all__ = ["GroupVerdict", "Judge", "reward_stats"]
 
 
 _UNAVAILABLE = "scorer unavailable: "  # marks a ScorerUnavailable carried through the gather
 _CONTRACT = "scorer contract: "  # marks a ScorerContractError carried through the gather
-
-
-@dataclass
-class GroupVerdict:
-    """The verdicts of one whole prompt group (all ranks' members, in member order)."""
-
-    index: int  # the prompt's position among the step's prompts
-    graph: SceneGraph
-    scores: torch.Tensor  # [G, K]
-    heatmaps: torch.Tensor | None = None  # [G, K, H, W] on the scorer's grid, when asked
 
 
 def reward_stats(verdicts: Sequence[GroupVerdict], amap_stats: Sequence[dict] = (),
@@ -74,13 +64,12 @@ class Judge:
     turns whole groups' verdicts into advantage maps with the projector."""
 
     def __init__(self, scorer: Any, decomposer: Any, projector: Any, dist: Distributed, *, group_size: int,
-                 heatmap_source: str = "final", log: Callable[[str], None] = print, counters: dict | None = None):
+                 heatmap_source: str = "final", log: Callable[[str], None] = print):
         self.scorer, self.decomposer, self.projector, self.dist = scorer, decomposer, projector, dist
         self.group_size = group_size
-        self.needs_maps = getattr(projector, "needs_heatmaps", True)
+        self.needs_maps = projector.needs_heatmaps if isinstance(projector, HeatmapNeeds) else True
         self.maps_from_x0 = heatmap_source == "x0" and self.needs_maps
         self.log = log
-        self.counters = counters if counters is not None else {}
         self.graphs: dict[str, SceneGraph] = {}
         self.step = 0  # for log lines
 
@@ -169,15 +158,17 @@ class Judge:
             out[p] = (scores, maps, [])
         return out
 
-    def _skip(self, errors: list[str]) -> None:
-        self.counters["scorer_failures"] = self.counters.get("scorer_failures", 0) + len(errors)
+    def _skip(self, errors: list[str]) -> int:
+        """Log a dropped group's errors; their number, for the caller's count."""
         if self.dist.is_main:
             for e in errors:
                 self.log(f"step {self.step}: {e}; group skipped")
+        return len(errors)
 
-    def verdicts(self, prompts: Sequence[str], rollout: Rollout) -> list[GroupVerdict]:
+    def verdicts(self, prompts: Sequence[str], rollout: Rollout) -> tuple[list[GroupVerdict], int]:
         """Verdicts on the final images for every group the scorer could judge (identical on
-        every rank). Heatmaps come along when the projector uses final-image maps."""
+        every rank), and how many scorer errors dropped the others. Heatmaps come along when the
+        projector uses final-image maps."""
         final_maps = self.needs_maps and not self.maps_from_x0
         self.share_graphs(prompts)
         parts = {}
@@ -185,21 +176,22 @@ class Judge:
             rows = local_rows(rollout, p)
             scores, maps, err = self._score(prompts[p], rollout.images[rows], self.graph(prompts[p]), final_maps)
             parts[p] = ([rollout.sample_ids[r][1] for r in rows], scores, maps, err)
-        verdicts = []
+        verdicts, failures = [], 0
         for p, (scores, maps, errors) in self._gather(parts).items():
             if errors:
-                self._skip(errors)
+                failures += self._skip(errors)
                 continue
             verdicts.append(GroupVerdict(p, self.graph(prompts[p]), scores, maps))
-        return verdicts
+        return verdicts, failures
 
     def advantages(self, verdicts: Sequence[GroupVerdict], rollout: Rollout, latent_grid: tuple[int, int],
-                   map_images: torch.Tensor | None = None) -> tuple[list[int], list[tuple[int, int]], torch.Tensor, list[GroupVerdict], list[dict]]:
-        """Advantage maps of the judged groups: ``(local rows, their sample ids, A [n_local, h·w],
-        the groups kept, projector stats)``. ``map_images`` (this rank's rows) are what the
+                   map_images: torch.Tensor | None = None) -> ScoredGroups:
+        """Advantage maps of the judged groups (this rank's rows, the groups kept, the
+        projector's stats). ``map_images`` (this rank's rows) are what the
         heatmaps are scored on when they do not come from the final image (x̂0 before the
         window: it depends on the state before the window's actions only, so weighting a
         position's log-prob by it cannot reward the actions for where objects ended up)."""
+        failures = 0
         if map_images is not None:
             parts = {}
             for v in verdicts:
@@ -212,7 +204,7 @@ class Judge:
             for v in verdicts:
                 _, maps, errors = gathered.get(v.index, (None, None, ["no member of the group was scored"]))
                 if errors:
-                    self._skip(errors)
+                    failures += self._skip(errors)
                     continue
                 kept_verdicts.append(GroupVerdict(v.index, v.graph, v.scores, maps))
             verdicts = kept_verdicts
@@ -227,4 +219,4 @@ class Judge:
                 ids_out.append(rollout.sample_ids[r])
                 maps_out.append(values[member])
         adv = torch.stack(maps_out) if maps_out else torch.empty(0, latent_grid[0] * latent_grid[1])
-        return rows_out, ids_out, adv, list(verdicts), stats
+        return ScoredGroups(rows_out, ids_out, adv, list(verdicts), stats, failures)

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from cast_core.config import ConfigError
+from cast_core.errors import InputError
 
-__all__ = ["resolve_prompts", "is_code_spec"]
+__all__ = ["resolve_prompts", "is_code_spec", "read_prompt_file", "check_code_prompts"]
 
 SUITE_PREFIX = "suite:"
 
@@ -24,6 +25,43 @@ def is_code_spec(spec: Any) -> bool:
     """True when ``spec`` would import and call code (``module:callable``)."""
     return (isinstance(spec, str) and ":" in spec and not spec.startswith(SUITE_PREFIX)
             and not Path(spec).is_file())
+
+
+def read_prompt_file(path: str | Path) -> list[tuple[str, str]]:
+    """``[(location, prompt)]`` from a text file: one prompt a line; blank lines and lines
+    starting with ``#`` are skipped. ``location`` is ``file:line`` for error messages."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"prompt file {path} does not exist") from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"prompt file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        prompt = line.strip()
+        if prompt and not prompt.startswith("#"):
+            out.append((f"{path}:{lineno}", prompt))
+    if not out:
+        raise InputError(f"prompt file {path} has no prompts (one a line; '#' starts a comment)")
+    return out
+
+
+def check_code_prompts(cfg, allowed: bool, source: str) -> None:
+    """Refuse ``prompts = "module:callable"`` unless it is the recipe's own value (installed code)
+    or the caller allows it (``--allow-code-prompts``): a config file must not run code by itself."""
+    from cast_core.registry import get_recipe
+
+    if allowed or not is_code_spec(cfg.prompts):
+        return
+    try:
+        recipe_value = get_recipe(cfg.recipe).settings.get("prompts") if cfg.recipe else None
+    except Exception:  # noqa: BLE001 - an uninstalled recipe vouches for nothing
+        recipe_value = None
+    if cfg.prompts != recipe_value:
+        raise ConfigError(f"{source}: prompts = {cfg.prompts!r} would import and run code from module "
+                          f"{cfg.prompts.partition(':')[0]!r}; pass --allow-code-prompts if you trust it, or give "
+                          "a prompt file, a list, or suite:NAME (see `cast plugins` for the suites)")
 
 
 def resolve_prompts(spec: Any) -> list[str]:
@@ -36,8 +74,6 @@ def resolve_prompts(spec: Any) -> list[str]:
 
         prompts = list(get_prompt_suite(spec[len(SUITE_PREFIX):]))
     elif isinstance(spec, str) and Path(spec).is_file():
-        from cast_core.commands.inputs import read_prompt_file
-
         prompts = [p for _, p in read_prompt_file(spec)]
     elif isinstance(spec, str) and ":" in spec:
         module, _, attr = spec.partition(":")

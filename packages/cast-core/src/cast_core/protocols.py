@@ -10,7 +10,7 @@ The data types the protocols exchange are re-exported here so a plugin author ne
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from cast_core.scene_graph import ATOM_KINDS, RELATION_SKILLS, Atom, Entity, SceneGraph
 from cast_core.types import AdvantageMap, AtomScores, Recipe, Rollout, Window
@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Policy", "WindowSelector", "AtomDecomposer", "AtomScorer", "AdvantageProjector",
-    "Embedder", "PROTOCOLS", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout",
+    "Embedder", "PROTOCOLS", "OPTIONAL_FEATURES", "Preparable", "SelfSharding", "OffloadsTextEncoder",
+    "GradientCheckpointing", "FastInference", "Identified", "Calibrated", "WindowHints", "PerStepWindow",
+    "CalibrationPrompts", "HeatmapNeeds", "DecompositionStats", "self_shards", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout",
     "AdvantageMap", "Recipe", "ATOM_KINDS", "RELATION_SKILLS",
 ]
 
@@ -35,33 +37,11 @@ class Policy(Protocol):
     (distilled or true CFG) happens inside :meth:`velocity`, so the policy *is* the guided field.
     Trainable parameters are the adapter (e.g. LoRA); :meth:`reference` switches it off.
 
-    Optional extras, read with ``getattr`` where used: ``identity`` (a string for caches),
-    ``calibration_prompts`` (what window measurement samples) and ``window_defaults`` (a dict of
-    ``embedder`` / ``method`` / ``level`` for ``cast window``: a policy knows which embedder sees
-    its images' structure — CLIP for natural images, ``shapes-scene`` for the shapes world),
-    ``inference()`` (a context for gradient-free sampling that may trade bit-exactness for
-    speed, e.g. by folding a LoRA adapter into the weights; used by
-    :func:`cast_core.sampling.ode_images`, never by training's sampler), and for training at
-    scale (docs/distributed.md):
-
-    * ``prepare(accelerator) -> torch.nn.Module | None`` — move to ``accelerator.device`` and
-      wrap the trainable module for the run's strategy (``accelerator.prepare`` gives DDP or
-      FSDP2); return the wrapped module so the trainer can skip gradient syncs between
-      micro-batches (``no_sync``). Called before the optimizer is built. A policy without it
-      is trained multi-process by averaging its adapter's gradients explicitly. A policy that
-      accepts ``prepare(accelerator, sharding="fsdp2")`` shards itself with
-      :func:`cast_core.sharding.fully_shard_module` (``sharding = "fsdp2"``, any launcher, CPU
-      too); then ``save_adapter`` is called on every process and must gather its tensors
-      (:func:`cast_core.sharding.full_tensor`) and write only where
-      :func:`cast_core.sharding.is_writer`, and ``load_adapter`` loads full tensors into its
-      slices (:func:`cast_core.sharding.copy_full_`).
-    * ``offload_text_encoder()`` — release the text encoder once the trainer has encoded
-      every training prompt (``offload_text_encoder = true``): a 7–24B text encoder does not
-      belong on the training GPU.
-    * ``enable_gradient_checkpointing()`` — recompute activations in the backward pass
-      (``gradient_checkpointing = true``).
-    * a ``torch_dtype`` factory argument — the dtype of the frozen base weights
-      (``base_dtype = "bfloat16"``); trainable adapter parameters stay float32.
+    Optional features are declared as the small protocols below (:data:`OPTIONAL_FEATURES`
+    lists them by kind): a policy that has ``prepare`` is a :class:`Preparable`, and so on; the
+    conformance kit checks each feature a component has. One more is a factory argument, not a
+    member: ``torch_dtype``, the dtype of the frozen base weights (``base_dtype = "bfloat16"``;
+    trainable adapter parameters stay float32).
 
     Conditioning is a tensor with one row per prompt or a
     :class:`~cast_core.conditioning.Conditioning` (select rows, concatenate, move).
@@ -166,4 +146,152 @@ PROTOCOLS: dict[str, type] = {
     "atom_scorer": AtomScorer,
     "advantage_projector": AdvantageProjector,
     "embedder": Embedder,
+}
+
+
+# -- optional features ------------------------------------------------------------------------
+# Each is one capability a component may have. Core checks ``isinstance(obj, Feature)`` where it
+# would use it, and the conformance kits test the contract of every feature a component has, so
+# "optional" never means "unchecked".
+
+
+@runtime_checkable
+class Preparable(Protocol):
+    """A policy that wraps itself for a multi-process run (docs/distributed.md)."""
+
+    def prepare(self, accelerator: Any) -> "torch.nn.Module | None":
+        """Move to ``accelerator.device`` and wrap the trainable module for the run's strategy
+        (``accelerator.prepare`` gives DDP or FSDP2); return the wrapped module so the trainer
+        can skip gradient syncs between micro-batches (``no_sync``), or ``None``. Called before
+        the optimizer is built. A policy without it is trained multi-process by averaging its
+        adapter's gradients explicitly."""
+
+
+@runtime_checkable
+class SelfSharding(Preparable, Protocol):
+    """A :class:`Preparable` whose ``prepare`` also takes ``sharding="fsdp2"`` and shards itself
+    with :func:`cast_core.sharding.fully_shard_module` (any launcher, CPU too). Then
+    ``save_adapter`` runs on every process, gathers its tensors
+    (:func:`cast_core.sharding.full_tensor`) and writes only where
+    :func:`cast_core.sharding.is_writer`; ``load_adapter`` loads full tensors into its slices
+    (:func:`cast_core.sharding.copy_full_`). ``isinstance`` cannot see a keyword argument: use
+    :func:`self_shards`."""
+
+    def prepare(self, accelerator: Any, sharding: str = "accelerate") -> "torch.nn.Module | None":
+        """As :meth:`Preparable.prepare`, sharded as ``sharding`` says."""
+
+
+def self_shards(policy: Any) -> bool:
+    """Whether ``policy.prepare`` takes ``sharding`` (a :class:`SelfSharding` policy)."""
+    import inspect
+
+    if not isinstance(policy, Preparable):
+        return False
+    try:
+        return "sharding" in inspect.signature(policy.prepare).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+@runtime_checkable
+class OffloadsTextEncoder(Protocol):
+    """A policy that can release its text encoder once every training prompt is encoded
+    (``offload_text_encoder = true``): a 7–24B encoder does not belong on the training GPU."""
+
+    def offload_text_encoder(self) -> None:
+        """Free the text encoder's memory on the accelerator; ``encode`` may be slow or fail
+        afterwards (the trainer answers from its prompt cache)."""
+
+
+@runtime_checkable
+class GradientCheckpointing(Protocol):
+    """A policy that recomputes activations in the backward pass (``gradient_checkpointing``)."""
+
+    def enable_gradient_checkpointing(self) -> None:
+        """Switch checkpointing on; velocities and gradients stay what they were."""
+
+
+@runtime_checkable
+class FastInference(Protocol):
+    """A policy with a faster gradient-free mode (:func:`cast_core.sampling.ode_images`, never
+    training's sampler)."""
+
+    def inference(self) -> ContextManager[None]:
+        """A context for gradient-free sampling that may trade bit-exactness for speed (e.g. a LoRA
+        adapter folded into the weights); on exit the policy is exactly what it was."""
+
+
+@runtime_checkable
+class Identified(Protocol):
+    """A policy or embedder that names itself for caches (``identity``: a model id plus a
+    revision or checkpoint digest); without it, window caches key on the object's settings."""
+
+    identity: Any
+
+
+@runtime_checkable
+class Calibrated(Protocol):
+    """A policy that says which prompts a window measurement should sample."""
+
+    calibration_prompts: Sequence[str]
+
+
+@runtime_checkable
+class WindowHints(Protocol):
+    """A policy that knows which embedder sees its images' structure: ``window_defaults`` holds
+    ``embedder`` / ``method`` / ``level`` for ``cast window`` (CLIP for natural images,
+    ``shapes-scene`` for the shapes world)."""
+
+    window_defaults: Mapping[str, Any]
+
+
+@runtime_checkable
+class PerStepWindow(Protocol):
+    """A window selector that draws a new window every step (random, sliding) from the run's
+    seed and the step, so a resumed run replays it."""
+
+    def select_for_step(self, policy: Policy, prompts: Sequence[str], num_steps: int, *, step: int,
+                        seed: int) -> Window:
+        """The window of training step ``step``: a pure function of ``(seed, step)``."""
+
+
+@runtime_checkable
+class CalibrationPrompts(Protocol):
+    """A window selector that samples prompts of its own choosing: the trainer encodes them
+    before offloading the text encoder."""
+
+    def prompts_for(self, policy: Policy, prompts: Sequence[str]) -> list[str]:
+        """The prompts :meth:`WindowSelector.select` will sample, given the training prompts."""
+
+
+@runtime_checkable
+class HeatmapNeeds(Protocol):
+    """A projector that says whether it uses heatmaps (``needs_heatmaps = False`` spares the
+    scorer the work); without it, heatmaps are asked for."""
+
+    needs_heatmaps: bool
+
+
+@runtime_checkable
+class DecompositionStats(Protocol):
+    """A decomposer that decomposes by several paths and says which (the ``auto`` decomposer:
+    template, LLM, refused); the trainer logs the counts as ``decomposed_<path>``, and
+    ``cast decompose --stats`` tallies prompts by path."""
+
+    def stats(self) -> Mapping[str, int]:
+        """Prompts decomposed so far, by path."""
+
+    def path_of(self, prompt: str) -> str | None:
+        """The path that decomposed ``prompt`` (``None`` if it has not been decomposed)."""
+
+
+#: kind -> the optional features a component of that kind may have
+OPTIONAL_FEATURES: dict[str, tuple[type, ...]] = {
+    "policy": (Preparable, OffloadsTextEncoder, GradientCheckpointing, FastInference, Identified, Calibrated,
+               WindowHints),
+    "window_selector": (PerStepWindow, CalibrationPrompts),
+    "atom_decomposer": (DecompositionStats,),
+    "atom_scorer": (),
+    "advantage_projector": (HeatmapNeeds,),
+    "embedder": (Identified,),
 }

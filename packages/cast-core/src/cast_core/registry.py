@@ -8,11 +8,13 @@ precisely ("constant from cast-core is not an AtomScorer").
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cast_core.errors import ComponentTypeError, DuplicateComponentError, PluginError, UnknownComponentError
+from cast_core.errors import (ComponentTypeError, ConfigError, DuplicateComponentError, PluginError,
+                              UnknownComponentError)
 from cast_core.plugins import PluginFailure, load_plugins, pm, record_failure, source_of
 from cast_core.protocols import PROTOCOLS
 from cast_core.types import Recipe
@@ -154,6 +156,61 @@ def build(kind: str, name: str, **kwargs: Any) -> Any:
             + (f": it lacks {', '.join(missing)}" if missing else "")
         )
     return obj
+
+
+def _factory_target(kind: str, name: str) -> Any:
+    """What a registration calls: a lazy factory (``module:attr``) is resolved first."""
+    factory = lookup(kind, name).factory
+    return factory.resolve() if hasattr(factory, "resolve") else factory
+
+
+def factory_accepts(kind: str, name: str) -> tuple[set[str], bool]:
+    """The keyword names component ``name``'s factory takes, and whether it takes ``**kwargs``:
+    the trainer offers a component the run's settings it may use (``lam``, ``torch_dtype``,
+    ``device``) and passes only those it names."""
+    try:
+        params = inspect.signature(_factory_target(kind, name)).parameters
+    except (TypeError, ValueError):
+        return set(), False
+    return set(params), any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _keywords(target: Any) -> tuple[set[str], bool]:
+    """The keyword names ``target`` accepts, and whether that list is complete: a class whose
+    ``__init__`` passes ``**options`` up to its base is followed up the MRO (the backbone
+    policies do this) until an ``__init__`` without ``**`` closes the list."""
+    chain = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
+    names: set[str] = set()
+    for fn in chain:
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return names, False
+        names |= {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            return names, True
+    return names, False
+
+
+def check_factory_kwargs(kind: str, name: str, kwargs: dict[str, Any], key: str) -> None:
+    """A typo in ``policy_kwargs`` / ``scorer_kwargs`` / … fails in the first second, naming the
+    key and what the factory accepts — not after a 64 GB model has loaded, as a TypeError."""
+    if not kwargs:
+        return
+    names, complete = _keywords(_factory_target(kind, name))
+    unknown = sorted(set(kwargs) - names)
+    if complete and unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(names), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"config key '{key}': {kind.replace('_', ' ')} {name!r} takes no argument {unknown[0]!r}.{hint} "
+                          f"It accepts: {', '.join(sorted(names)) or 'none'}")
+
+
+def build_offering(kind: str, name: str, offered: dict[str, Any]) -> Any:
+    """:func:`build` with only those of ``offered`` the factory accepts (all of them when it
+    takes ``**kwargs``): run-wide settings reach the components that use them."""
+    names, takes_any = factory_accepts(kind, name)
+    return build(kind, name, **(offered if takes_any else {k: v for k, v in offered.items() if k in names}))
 
 
 def protocol_members(protocol: type) -> list[str]:

@@ -14,6 +14,7 @@ writer), and metrics are read tolerantly (a line torn by a crash is skipped with
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -21,9 +22,31 @@ from typing import Any, Callable
 from cast_core.config import dump_toml
 from cast_core.errors import CastError
 
-__all__ = ["RunDirectory", "read_metrics"]
+__all__ = ["RunDirectory", "read_metrics", "jsonable", "jsonable_tree"]
 
 LOCK = ".lock"
+
+
+def jsonable(metrics: dict) -> dict:
+    """A metrics row as strict JSON: NaN and infinities become ``null`` (``json`` would write
+    ``NaN``, which other readers of metrics.jsonl refuse)."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+def jsonable_tree(obj: Any) -> Any:
+    """Diagnostics as JSON (window.json): tensors and arrays become lists, other odd objects
+    their repr, so a selector may put anything in ``Window.diagnostics``."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable_tree(v) for v in obj]
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)
 
 
 def read_metrics(path: str | Path, warn: Callable[[str], None] | None = None) -> list[dict]:

@@ -141,6 +141,7 @@ def ode_images(policy: Policy, prompts: Sequence[str], *, num_steps: int, genera
     nothing here is trained on, so rounding-level differences from :meth:`Policy.velocity`
     cost nothing — which is why :func:`sample` itself, whose window log-probs the update must
     recompute exactly, never uses it."""
-    context = getattr(policy, "inference", None)
-    with context() if context is not None else contextlib.nullcontext():
+    from cast_core.protocols import FastInference
+
+    with policy.inference() if isinstance(policy, FastInference) else contextlib.nullcontext():
         return sample(policy, prompts, num_steps=num_steps, image_size=image_size, generator=generator).images

@@ -33,3 +33,36 @@ def generator_for(seed: int, *parts: Any) -> torch.Generator:
 def sample_generators(seed: int, step: int, samples: Sequence[tuple[int, int]], purpose: str = "sample") -> list[torch.Generator]:
     """One generator per sample ``(prompt index, member index)`` of training step ``step``."""
     return [generator_for(seed, step, purpose, int(p), int(g)) for p, g in samples]
+
+
+#: the most seeds a seed list may name: each is a full evaluation
+MAX_SEEDS = 10_000
+
+
+def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
+    """``"0,1,2"`` or ``"0-9,777"`` -> the seeds in order: at least ``minimum`` distinct
+    non-negative integers (``a-b`` is the inclusive range), or a usage error on ``option`` that
+    shows the expected form."""
+    import click
+
+    form = "e.g. 0,1,2 or 0-9,777"
+    seeds: list[int] = []
+    for piece in (s.strip() for s in value.split(",")):
+        if not piece:
+            continue
+        low, dash, high = piece.partition("-")
+        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
+            raise click.BadParameter(f"{value!r}: {piece!r} is not a seed or a range of seeds, {form}",
+                                     param_hint=option)
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise click.BadParameter(f"{value!r}: the range {piece!r} runs backwards; write {last}-{first}",
+                                     param_hint=option)
+        if len(seeds) + last - first + 1 > MAX_SEEDS:  # before building the list: 0-1000000000 must not OOM
+            raise click.BadParameter(f"{value!r} names more than {MAX_SEEDS} seeds; each seed is a full "
+                                     "evaluation, so give fewer", param_hint=option)
+        seeds += range(first, last + 1)
+    if len(seeds) < minimum or len(set(seeds)) != len(seeds):
+        need = "at least two distinct seeds (the error bar is over seeds)" if minimum > 1 else "distinct seeds"
+        raise click.BadParameter(f"{value!r}: give {need}, {form}", param_hint=option)
+    return seeds

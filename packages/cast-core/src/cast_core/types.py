@@ -1,4 +1,5 @@
-"""Plain data that flows between components: windows, atom scores, rollouts, advantage maps.
+"""Plain data that flows between components and the loop: windows, atom scores, rollouts,
+advantage maps, a step's judged groups.
 
 These are dataclasses, not classes with behaviour, so any plugin can build them without
 inheriting from cast. Tensors are ``torch.Tensor``; torch is only imported for type checking so
@@ -129,3 +130,32 @@ class Recipe:
     projector: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+
+
+@dataclass
+class GroupVerdict:
+    """The verdicts of one whole prompt group (all ranks' members, in member order)."""
+
+    index: int  # the prompt's position among the step's prompts
+    graph: SceneGraph
+    scores: "torch.Tensor"  # [G, K]
+    heatmaps: "torch.Tensor | None" = None  # [G, K, H, W] on the scorer's grid, when asked
+
+
+@dataclass
+class ScoredGroups:
+    """What judging one step gives the update: this process's ``rows`` of the rollout, their
+    sample ``ids`` ``(prompt index, member)``, their advantage maps ``advantages`` ``[n, h·w]``,
+    the groups ``kept`` (every process trains on the same ones), the projector's per-group
+    ``projector_stats``, ``scorer_failures`` (the errors that dropped groups) and, once the
+    trainer has summarised the verdicts, ``reward_stats`` (what metrics.jsonl logs). Named
+    because five positional values travelling between the trainer, the judge and
+    :mod:`cast_core.gradient_signal` were easy to unpack in the wrong order."""
+
+    rows: list[int]
+    ids: list[tuple[int, int]]
+    advantages: "torch.Tensor"
+    kept: list[GroupVerdict]
+    projector_stats: list[dict] = field(default_factory=list)
+    scorer_failures: int = 0
+    reward_stats: dict = field(default_factory=dict)

@@ -23,7 +23,7 @@ member in a minibatch contributes a zero-weighted pass — and skips are decided
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -35,19 +35,26 @@ from cast_core.seeding import generator_for
 from cast_core.sharding import full_tensor, gradients_unsynced, local
 from cast_core.types import Rollout
 
-__all__ = ["PolicyUpdate"]
+__all__ = ["PolicyUpdate", "UpdateResult"]
 
 _MEAN_KEYS = ("loss", "kl", "clip_fraction", "approx_kl", "ratio_mean")
+
+
+class UpdateResult(NamedTuple):
+    """An update's metrics and its skipped minibatches (the trainer counts those)."""
+
+    metrics: dict
+    skipped: int
 
 
 class PolicyUpdate:
     def __init__(self, config: Any, policy: Any, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
                  dist: Distributed, *, module: torch.nn.Module | None, autocast: Callable[[], Any],
-                 image_size: tuple[int, int] | None, log: Callable[[str], None], counters: dict, ema: list | None,
+                 image_size: tuple[int, int] | None, log: Callable[[str], None], ema: list | None,
                  sharded: bool = False):
         self.config, self.policy, self.params, self.optimizer = config, policy, params, optimizer
         self.dist, self.module, self.autocast, self.image_size = dist, module, autocast, image_size
-        self.log, self.counters, self.ema = log, counters, ema
+        self.log, self.ema = log, ema
         # DDP and FSDP2 average gradients over ranks; the explicit path sums them
         self.fsdp = sharded and module is not None and dist.active
         self.module_syncs = self.fsdp or (module is not None and dist.active and hasattr(module, "no_sync"))
@@ -103,16 +110,16 @@ class PolicyUpdate:
         return epochs
 
     def run(self, rollout: Rollout, rows: list[int], ids: list[tuple[int, int]], advantages: torch.Tensor,
-            all_ids: list[tuple[int, int]], step: int) -> dict:
+            all_ids: list[tuple[int, int]], step: int) -> UpdateResult:
         """Train on this rank's ``rows`` of ``rollout`` (sample ``ids``, advantages ``[n, h·w]``);
-        ``all_ids`` are the kept samples of every rank. Returns the update's metrics (identical
-        on every rank)."""
+        ``all_ids`` are the kept samples of every rank. Returns the update's metrics and how many
+        minibatches were skipped for a non-finite loss or gradient (identical on every rank)."""
         cfg = self.config
         row_of = dict(zip(ids, rows))
         adv_of = dict(zip(ids, range(len(ids))))
         T = len(rollout.step_indices)
         sums = {k: 0.0 for k in _MEAN_KEYS}
-        weight_total, ratio_min, ratio_max, grad_norms = 0.0, float("inf"), float("-inf"), []
+        weight_total, ratio_min, ratio_max, grad_norms, skipped = 0.0, float("inf"), float("-inf"), [], 0
         for epoch_batches in self.minibatches(all_ids, step):
             for members in epoch_batches:
                 mine = [s for s in members if s in row_of]
@@ -137,7 +144,7 @@ class PolicyUpdate:
                 grads_ok = all(p.grad is None or bool(torch.isfinite(local(p.grad)).all()) for p in self.params)
                 if not self.dist.all_true(finite and grads_ok):
                     self.optimizer.zero_grad(set_to_none=True)
-                    self.counters["skipped_updates"] = self.counters.get("skipped_updates", 0) + 1
+                    skipped += 1
                     if self.dist.is_main:
                         self.log(f"step {step}: non-finite loss or gradient; update skipped")
                     continue
@@ -149,7 +156,7 @@ class PolicyUpdate:
                     with torch.no_grad():
                         for e, p in zip(self.ema, self.params):
                             e.lerp_(p.detach(), 1.0 - cfg.ema)
-        return self._metrics(sums, weight_total, ratio_min, ratio_max, grad_norms)
+        return UpdateResult(self._metrics(sums, weight_total, ratio_min, ratio_max, grad_norms), skipped)
 
     def _no_sync(self, skip: bool):
         if skip and self.fsdp:

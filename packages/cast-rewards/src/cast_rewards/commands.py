@@ -17,7 +17,7 @@ import click
               help="How long a request waits for others to batch with.")
 def serve_scorer_command(scorer, sets, host, port, max_batch, max_wait_ms):
     """Serve SCORER over HTTP (GET /health, POST /score) for `--scorer remote --set scorer_kwargs.url=...`."""
-    from cast_core.commands.inputs import dotted_kwargs
+    from cast_core.config import dotted_kwargs
     from cast_core.registry import get_atom_scorer
     from cast_rewards.serve import serve
 

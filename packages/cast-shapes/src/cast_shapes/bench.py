@@ -112,12 +112,11 @@ def overrides_for(method: str, seed: int, plan_: BenchPlan) -> dict:
 
 
 def _build_config(method: str, seed: int, plan_: BenchPlan):
-    from cast_core.commands.train import build_config
-    from cast_core.config import toml_value
+    from cast_core.config import build_config, toml_value
 
     overrides = overrides_for(method, seed, plan_)
     sets = [*(f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector"), *plan_.settings]
-    return build_config("shapes", None, None, None, None, overrides.get("projector"), None, sets, plan_.steps)
+    return build_config(recipe="shapes", components={"projector": overrides.get("projector")}, sets=sets, steps=plan_.steps)
 
 
 def _eval_prompts(plan_: BenchPlan) -> list[str]:

@@ -166,9 +166,9 @@ def demo_command(steps, minutes, out, images_per_prompt, eval_prompts, eval_seed
     from pathlib import Path
 
     from cast_core.checkpoints import latest_checkpoint
-    from cast_core.commands.inputs import parse_seed_list
-    from cast_core.commands.progress import progress_bar
-    from cast_core.commands.train import build_config
+    from cast_core.config import build_config
+    from cast_core.progress import progress_bar
+    from cast_core.seeding import parse_seed_list
     from cast_core.comparison import evaluate_over_seeds, pool_evaluations
     from cast_core.config import parse_set
     from cast_core.evaluation import (difference_line, paired_difference, paired_skill_differences,
@@ -184,7 +184,7 @@ def demo_command(steps, minutes, out, images_per_prompt, eval_prompts, eval_seed
     length = [f"steps={steps}"] if steps else ([] if "steps" in parse_set(list(sets)) else [f"steps={DEMO_STEPS}"])
     if minutes is not None:
         length = [f"max_minutes={minutes}", *(length if steps or "steps" in parse_set(list(sets)) else ["steps=1000000"])]
-    cfg = build_config("shapes", None, None, None, None, None, None, [*length, *DEMO_SETTINGS, *sets], None)
+    cfg = build_config(recipe="shapes", sets=[*length, *DEMO_SETTINGS, *sets])
     precision = "bf16 autocast" if cfg.precision == "bf16" else "float32"
     images = cfg.prompts_per_step * cfg.group_size
     plan = (f"{cfg.steps} steps x {images} images" if not cfg.max_minutes
@@ -280,7 +280,7 @@ def bench_command(quick, seeds, steps, methods, eval_seeds, sets, out):
     prints the table. Resumable: a stopped bench continues where it stopped."""
     from pathlib import Path
 
-    from cast_core.commands.inputs import parse_seed_list
+    from cast_core.seeding import parse_seed_list
     from cast_shapes.bench import METHODS, format_table, plan, run_bench
 
     unknown = [m for m in methods if m not in METHODS]

@@ -22,6 +22,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from cast_core.protocols import Identified
+
 CACHE_VERSION = 1
 
 
@@ -45,7 +47,7 @@ def policy_identity(policy: Any) -> str:
     patch size). The adapter is deliberately not part of it: the window is measured on the model a
     run starts from, and a resumed run must get the same window back.
     """
-    ident = getattr(policy, "identity", None)
+    ident = policy.identity if isinstance(policy, Identified) else None
     if isinstance(ident, str) and ident:
         return ident
     cls = type(policy)
@@ -61,7 +63,7 @@ def policy_identity(policy: Any) -> str:
 
 def embedder_identity(embedder: Any, name: str | None = None) -> str:
     """``embedder.identity`` if defined, else the registered name or the class path."""
-    ident = getattr(embedder, "identity", None)
+    ident = embedder.identity if isinstance(embedder, Identified) else None
     if isinstance(ident, str) and ident:
         return ident
     if name:

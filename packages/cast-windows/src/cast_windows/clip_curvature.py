@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from cast_core.protocols import Calibrated
 from cast_core.types import Window
 from cast_windows.cache import cache_key, cache_path, default_cache_dir, embedder_identity, policy_identity, read_cache, write_cache
 from cast_windows.curve import SimilarityCurve, measure_curve
@@ -127,7 +128,7 @@ class ClipCurvatureSelector:
         """The calibration prompts actually used (see the class docstring)."""
         source: Any = self.calibration_prompts
         if source is None:
-            source = getattr(policy, "calibration_prompts", None)
+            source = policy.calibration_prompts if isinstance(policy, Calibrated) else None
         if source is None:
             source = prompts
         if isinstance(source, str):

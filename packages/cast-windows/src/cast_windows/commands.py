@@ -114,6 +114,7 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     """Measure where POLICY's samples form their structure and print the SDE window CAST would use."""
     import warnings
 
+    from cast_core.protocols import Calibrated, WindowHints
     from cast_core.registry import get_policy
     from cast_windows.clip_curvature import ClipCurvatureSelector
     from cast_windows.knee import FlatCurveWarning
@@ -122,17 +123,17 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     if prompt_file and suite:
         raise click.UsageError("give --prompts or --suite, not both")
     pol = get_policy(policy, **parse_options(policy_opt, "--policy-opt"))
-    defaults = dict(getattr(pol, "window_defaults", None) or {})
+    defaults = dict((pol.window_defaults if isinstance(pol, WindowHints) else None) or {})
     embedder = embedder or defaults.get("embedder", "pixels")
     method = method or defaults.get("method", "kneedle")
     level = level or defaults.get("level", 0.9)
     if prompt_file:
-        from cast_core.commands.inputs import read_prompt_file
+        from cast_core.prompts import read_prompt_file
 
         prompts, source = [p for _, p in read_prompt_file(prompt_file)], f"file {prompt_file}"
     elif suite:
         prompts, source = resolve_suite(suite), f"suite {suite}"
-    elif getattr(pol, "calibration_prompts", None):
+    elif isinstance(pol, Calibrated) and pol.calibration_prompts:
         prompts, source = list(pol.calibration_prompts), f"the {policy} policy's calibration prompts"
     else:
         prompts, source = list(DEFAULT_PROMPTS), "cast-windows' default prompts"

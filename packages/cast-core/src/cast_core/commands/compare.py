@@ -11,7 +11,7 @@ from cast_core.commands.output import check_output, emit_json
 
 
 def _seed_list(ctx, param, value: str) -> list[int]:
-    from cast_core.commands.inputs import parse_seed_list
+    from cast_core.seeding import parse_seed_list
 
     return parse_seed_list(value, "--seeds", minimum=2)
 
@@ -39,8 +39,9 @@ def compare_command(policy, adapter, base_adapter, suite, prompt_file, images_pe
     and report the paired GM difference per seed and its mean over seeds, with the standard
     error over seeds, overall and per skill. One seed's error over prompts does not cover how
     much the seed itself moves a difference; the mean over seeds is the number to quote."""
-    from cast_core.commands.inputs import load_adapter_option, policy_kwargs, read_prompt_file
-    from cast_core.commands.progress import progress_bar
+    from cast_core.commands.inputs import load_adapter_option, policy_kwargs
+    from cast_core.progress import progress_bar
+    from cast_core.prompts import read_prompt_file
     from cast_core.comparison import compare_over_seeds
     from cast_core.evaluation import paired_verdict
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite

@@ -29,7 +29,9 @@ def decompose_command(prompts: tuple[str, ...], prompt_file: str | None, decompo
     import warnings
     from collections import Counter
 
-    from cast_core.commands.inputs import dotted_kwargs, read_prompt_file
+    from cast_core.config import dotted_kwargs
+    from cast_core.prompts import read_prompt_file
+    from cast_core.protocols import DecompositionStats
     from cast_core.errors import CastError
     from cast_core.registry import get_atom_decomposer
 
@@ -55,8 +57,7 @@ def decompose_command(prompts: tuple[str, ...], prompt_file: str | None, decompo
             if not stats:
                 click.echo(f"Error: {where}: {err}", err=True)
             continue
-        path_of = getattr(dec, "path_of", None)
-        paths[(path_of(prompt) if path_of else None) or decomposer] += 1
+        paths[(dec.path_of(prompt) if isinstance(dec, DecompositionStats) else None) or decomposer] += 1
         kinds.update(a.kind for a in graph.atoms)
         atoms_per_prompt.append(len(graph.atoms))
         if stats:

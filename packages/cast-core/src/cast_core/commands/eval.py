@@ -39,7 +39,9 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
                  decomposer, sets, as_json, out, grid, baseline, policy_opts):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
-    from cast_core.commands.inputs import dotted_kwargs, load_adapter_option, policy_kwargs, read_prompt_file, split_sets
+    from cast_core.commands.inputs import load_adapter_option, policy_kwargs, split_sets
+    from cast_core.config import dotted_kwargs
+    from cast_core.prompts import read_prompt_file
     from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
 
@@ -66,7 +68,7 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     if adapter:
         load_adapter_option(pol, adapter)
     judge = get_atom_scorer(scorer, **dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"))
-    from cast_core.commands.progress import progress_bar
+    from cast_core.progress import progress_bar
 
     with progress_bar("sampling and scoring", len(prompts) * images_per_prompt) as progress:
         result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed,

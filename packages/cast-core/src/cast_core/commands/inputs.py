@@ -1,34 +1,13 @@
-"""Reading user inputs (prompt files, images) with errors that say where and how to fix."""
+"""The commands' shared options and input readers (images, ``--policy-opt``, adapters), with
+errors that say where and how to fix. Library-level parsing lives with its owner: prompt files in
+:mod:`cast_core.prompts`, seed lists in :mod:`cast_core.seeding`, ``table.KEY=VALUE`` options in
+:mod:`cast_core.config`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cast_core.errors import CastError
-
-
-class InputError(CastError):
-    """A user-supplied file is missing or malformed."""
-
-
-def read_prompt_file(path: str | Path) -> list[tuple[str, str]]:
-    """``[(location, prompt)]`` from a text file: one prompt a line; blank lines and lines
-    starting with ``#`` are skipped. ``location`` is ``file:line`` for error messages."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"prompt file {path} does not exist") from None
-    except UnicodeDecodeError as err:
-        raise InputError(f"prompt file {path} is not UTF-8 text (byte {err.start}); save it as UTF-8") from None
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        prompt = line.strip()
-        if prompt and not prompt.startswith("#"):
-            out.append((f"{path}:{lineno}", prompt))
-    if not out:
-        raise InputError(f"prompt file {path} has no prompts (one a line; '#' starts a comment)")
-    return out
+from cast_core.errors import InputError
 
 
 #: the largest image ``cast score`` decodes (8192 x 8192): a few-KB file can claim billions of
@@ -88,7 +67,7 @@ def policy_kwargs(policy_opts, sets=()) -> dict:
     """``("device=\\"cuda\\"", "lora_rank=16")`` → ``{"device": "cuda", "lora_rank": 16}``; ``sets``
     are ``--set policy_kwargs.KEY=VALUE`` items (the training config's spelling, so a command
     that trained a model samples it with the same words)."""
-    from cast_core.config import parse_set
+    from cast_core.config import dotted_kwargs, parse_set
 
     kwargs = parse_set(list(policy_opts), "--policy-opt", 'device="cuda"') if policy_opts else {}
     return dotted_kwargs(sets, "policy_kwargs", kwargs)
@@ -108,20 +87,6 @@ def split_sets(sets, tables: tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def dotted_kwargs(sets, table: str, base: dict | None = None) -> dict:
-    """The ``table`` dict (``policy_kwargs``, ``scorer_kwargs``) from ``--set table.KEY=VALUE``
-    items, merged into ``base`` as a training config merges them (nested keys by further dots)."""
-    from cast_core.config import ConfigError, TrainConfig, parse_set
-
-    values = parse_set(list(sets), "--set", f"{table}.path=DIR") if sets else {}
-    for key in values:
-        if not key.startswith(table + "."):
-            raise ConfigError(f"--set {key}=...: this command takes only {table}.KEY=VALUE "
-                              f"(e.g. --set {table}.path=/models/...)")
-    config = TrainConfig(**{table: dict(base or {})}).update(values, "--set")
-    return getattr(config, table)
-
-
 def load_adapter_option(policy, directory: str, option: str = "--adapter") -> None:
     """``policy.load_adapter(directory)`` with a bad directory reported as a usage error on
     ``option`` (exit 2, one line) instead of a traceback: the usual causes are a run directory
@@ -135,35 +100,3 @@ def load_adapter_option(policy, directory: str, option: str = "--adapter") -> No
         raise click.BadParameter(
             f"{err}. Pass an adapter directory such as RUN/checkpoints/step-N/adapter, with the training run's "
             "policy_kwargs as --policy-opt KEY=VALUE if it used non-default ones.", param_hint=option) from None
-
-
-MAX_SEEDS = 10_000
-
-
-def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
-    """``"0,1,2"`` or ``"0-9,777"`` -> the seeds in order: at least ``minimum`` distinct
-    non-negative integers (``a-b`` is the inclusive range), or a usage error on ``option`` that
-    shows the expected form."""
-    import click
-
-    form = "e.g. 0,1,2 or 0-9,777"
-    seeds: list[int] = []
-    for piece in (s.strip() for s in value.split(",")):
-        if not piece:
-            continue
-        low, dash, high = piece.partition("-")
-        if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
-            raise click.BadParameter(f"{value!r}: {piece!r} is not a seed or a range of seeds, {form}",
-                                     param_hint=option)
-        first, last = int(low), int(high) if dash else int(low)
-        if last < first:
-            raise click.BadParameter(f"{value!r}: the range {piece!r} runs backwards; write {last}-{first}",
-                                     param_hint=option)
-        if len(seeds) + last - first + 1 > MAX_SEEDS:  # before building the list: 0-1000000000 must not OOM
-            raise click.BadParameter(f"{value!r} names more than {MAX_SEEDS} seeds; each seed is a full "
-                                     "evaluation, so give fewer", param_hint=option)
-        seeds += range(first, last + 1)
-    if len(seeds) < minimum or len(set(seeds)) != len(seeds):
-        need = "at least two distinct seeds (the error bar is over seeds)" if minimum > 1 else "distinct seeds"
-        raise click.BadParameter(f"{value!r}: give {need}, {form}", param_hint=option)
-    return seeds

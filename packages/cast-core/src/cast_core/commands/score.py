@@ -26,7 +26,8 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
     import torch
 
     from cast_core.aggregate import arithmetic_mean, geometric_mean
-    from cast_core.commands.inputs import dotted_kwargs, load_image, split_sets
+    from cast_core.commands.inputs import load_image, split_sets
+    from cast_core.config import dotted_kwargs
     from cast_core.registry import get_atom_decomposer, get_atom_scorer
 
     tables = split_sets(sets, ("scorer_kwargs", "decomposer_kwargs"))

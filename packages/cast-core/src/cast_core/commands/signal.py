@@ -12,7 +12,8 @@ import click
 
 
 @click.command("signal")
-@click.option("--plugin", "plugin", help="Recipe to start from (default: shapes, else cast).")
+@click.option("--recipe", "--plugin", "recipe",
+              help="Recipe to start from (default: shapes, else cast); --plugin is its older name.")
 @click.option("--policy", help="Policy component (overrides the recipe).")
 @click.option("--scorer", help="Atom scorer component.")
 @click.option("--projector", help="Advantage projector component.")
@@ -25,15 +26,16 @@ import click
                    "(and the config's group_noise / noise_block), compared across batches.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(file_okay=False), help="Write signal.json and signal.png here.")
-def signal_command(plugin, policy, scorer, projector, config_file, sets, batches, window_steps, as_json, out):
+def signal_command(recipe, policy, scorer, projector, config_file, sets, batches, window_steps, as_json, out):
     """Per sampling step, the mean pairwise cosine between policy gradients of independent
     batches (SDE exploration on every step). Steps whose noise changes the reward share a
     gradient direction (cosine > 0); the others give noise (cosine ≈ 0)."""
-    from cast_core.commands.train import build_config
+    from cast_core.config import build_config
     from cast_core.gradient_signal import step_signal
     from cast_core.trainer import Trainer
 
-    cfg = build_config(plugin, policy, scorer, None, None, projector, config_file, sets, None)
+    cfg = build_config(recipe=recipe, components={"policy": policy, "scorer": scorer, "projector": projector},
+                       config_file=config_file, sets=sets)
     if window_steps is not None:
         _window_command(cfg, window_steps, batches, as_json, out)
         return

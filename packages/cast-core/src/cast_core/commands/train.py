@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-DEFAULT_RECIPES = ("shapes", "cast")  # the first one installed is used when --plugin is not given
 #: what --resume may change: how long and how often, never what is trained or how
 RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "checkpoint_every", "keep_checkpoints",
                        "log_with", "tracker_project"})
@@ -21,65 +20,9 @@ def _finished_steps(run_dir: Path) -> int | None:
     return None if ckpt is None else step_of(ckpt)
 
 
-def check_code_prompts(cfg, allowed: bool, source: str) -> None:
-    """Refuse ``prompts = "module:callable"`` unless it is the recipe's own value (installed code)
-    or the user passed --allow-code-prompts: a config file must not run code by itself."""
-    from cast_core.config import ConfigError
-    from cast_core.prompts import is_code_spec
-    from cast_core.registry import get_recipe
-
-    if allowed or not is_code_spec(cfg.prompts):
-        return
-    try:
-        recipe_value = get_recipe(cfg.recipe).settings.get("prompts") if cfg.recipe else None
-    except Exception:  # noqa: BLE001 - an uninstalled recipe vouches for nothing
-        recipe_value = None
-    if cfg.prompts != recipe_value:
-        raise ConfigError(f"{source}: prompts = {cfg.prompts!r} would import and run code from module "
-                          f"{cfg.prompts.partition(':')[0]!r}; pass --allow-code-prompts if you trust it, or give "
-                          "a prompt file, a list, or suite:NAME (see `cast plugins` for the suites)")
-
-
-def build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps):
-    """Defaults → recipe → --config → --set → explicit flags; validated."""
-    from cast_core.config import TrainConfig, load_toml, parse_set, update_from_file
-    from cast_core.registry import get_recipe, list_components
-
-    cfg = TrainConfig()
-    name = plugin
-    if name is None:
-        installed = set(list_components("recipe"))
-        name = next((r for r in DEFAULT_RECIPES if r in installed), None)
-    if name is not None:
-        recipe = get_recipe(name)
-        parts = {k: getattr(recipe, k) for k in ("policy", "scorer", "window", "decomposer", "projector")}
-        cfg.update({k: v for k, v in parts.items() if v is not None}, f"recipe {name!r}")
-        cfg.update(dict(recipe.settings), f"recipe {name!r}")
-        cfg.recipe = name
-    user: set[str] = set()  # keys the user set (file or --set), to refuse those the run would ignore
-    if config_file:
-        values = load_toml(config_file)
-        update_from_file(cfg, values, config_file)
-        user |= set(values)
-    values = parse_set(list(sets))
-    cfg.update(values, "--set")
-    user |= {k.split(".")[0] for k in values}
-    flags = {"policy": policy, "scorer": scorer, "window": window, "decomposer": decomposer,
-             "projector": projector, "steps": steps}
-    cfg.update({k: v for k, v in flags.items() if v is not None}, "command line")
-    ignored = sorted(user & {"window_start", "window_size"})
-    if ignored and cfg.window is not None:
-        from cast_core.config import ConfigError
-
-        raise ConfigError(f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
-                          f"{cfg.window!r} selector{f' (recipe {name!r})' if name else ''}. Set it through "
-                          f"window_kwargs (e.g. --window fixed --set window_kwargs.start=2 --set window_kwargs.size=2), "
-                          "or drop the selector with --set window=none")
-    return cfg.validate()
-
-
 @click.command("train")
-@click.option("--plugin", "plugin", help="Recipe to start from (default: shapes, else cast).")
+@click.option("--recipe", "--plugin", "recipe",
+              help="Recipe to start from (default: shapes, else cast); --plugin is its older name.")
 @click.option("--policy", help="Policy component (overrides the recipe).")
 @click.option("--scorer", help="Atom scorer component.")
 @click.option("--window", help="Window selector component.")
@@ -96,16 +39,17 @@ def build_config(plugin, policy, scorer, window, decomposer, projector, config_f
 @click.option("--num-processes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Train with N local processes (torch.distributed; gloo on CPU). Multi-GPU and multi-node: "
                    "run `cast train` under accelerate launch or torchrun (docs/distributed.md).")
-def train_command(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps, out, resume_dir,
+def train_command(recipe, policy, scorer, window, decomposer, projector, config_file, sets, steps, out, resume_dir,
                   allow_code_prompts, num_processes):
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
-    from cast_core.config import TrainConfig, load_toml, parse_set, update_from_file
+    from cast_core.config import TrainConfig, build_config, load_toml, parse_set, update_from_file
     from cast_core.launch import in_distributed_launch, launch_local
+    from cast_core.prompts import check_code_prompts
 
     if num_processes > 1 and not in_distributed_launch():
         if not resume_dir and not out:  # every process must agree on the directory
-            out = str(Path("runs") / f"{plugin or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
+            out = str(Path("runs") / f"{recipe or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
         argv = _argv_without_num_processes(click.get_current_context())
         if out and "--out" not in argv and not resume_dir:
             argv += ["--out", out]
@@ -119,7 +63,7 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
     from cast_core.trainer import Trainer
 
     if resume_dir:
-        if any(x is not None for x in (plugin, policy, scorer, window, decomposer, projector, config_file, out)):
+        if any(x is not None for x in (recipe, policy, scorer, window, decomposer, projector, config_file, out)):
             raise click.UsageError("--resume continues a run as configured; only --steps and --set may change")
         cfg = update_from_file(TrainConfig(), load_toml(Path(resume_dir) / "config.toml"), Path(resume_dir) / "config.toml")
         check_code_prompts(cfg, allow_code_prompts, f"{resume_dir}/config.toml")
@@ -141,7 +85,9 @@ def train_command(plugin, policy, scorer, window, decomposer, projector, config_
             return
         run_dir = Path(resume_dir)
     else:
-        cfg = build_config(plugin, policy, scorer, window, decomposer, projector, config_file, sets, steps)
+        cfg = build_config(recipe=recipe, components={"policy": policy, "scorer": scorer, "window": window,
+                                                      "decomposer": decomposer, "projector": projector},
+                           config_file=config_file, sets=sets, steps=steps)
         check_code_prompts(cfg, allow_code_prompts, "config key 'prompts'")
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
     trainer = Trainer(cfg.validate(), run_dir, resume=bool(resume_dir))
