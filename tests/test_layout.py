@@ -41,7 +41,8 @@ def test_the_architecture_page_names_every_module(module):
 @pytest.mark.parametrize("script", sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "benchmarks").glob("*.sh")),
                          ids=lambda p: p.name)
 def test_every_benchmark_is_listed_or_reachable_from_make(script):
-    listed = f"benchmarks/{script.name}" in ARCHITECTURE.read_text(encoding="utf-8")
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    listed = re.search(rf"(?<![\w/]){re.escape(script.name)}\b", text.split("\nbenchmarks/", 1)[-1]) is not None
     in_make = f"benchmarks/{script.name}" in (ROOT / "Makefile").read_text(encoding="utf-8")
     assert listed or in_make, f"benchmarks/{script.name} is neither in the Makefile nor listed in docs/architecture.md"
 
