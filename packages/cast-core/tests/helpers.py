@@ -30,9 +30,10 @@ class WordsDecomposer:
 
 
 class MeanProjector:
-    """Prompt-level z-score of the mean atom score, as a constant map."""
+    """Prompt-level z-score of the mean atom score, as a constant map (a graph without atoms
+    has nothing to tell the images apart: every reward 0, not the mean of nothing)."""
 
     def project(self, scores, heatmaps, graph, latent_grid):
-        r = scores.float().mean(1)
+        r = scores.float().mean(1) if scores.shape[1] else torch.zeros(scores.shape[0])
         adv = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
         return AdvantageMap(values=adv[:, None, None].expand(-1, *latent_grid).clone(), prompt_advantages=adv)

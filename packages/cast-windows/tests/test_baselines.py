@@ -14,16 +14,27 @@ POLICY, PROMPTS = FakePolicy(), ["a red circle"]
 
 
 class TestFixedConformance(WindowSelectorConformance):
+    step_counts = (4, 6, 10)  # steps 1..3 need 4; the kit checks that 1-3 are refused, not overrun
+
     def make_selector(self):
         return FixedWindow(1, 3)
 
 
 class TestRandomConformance(WindowSelectorConformance):
+    step_counts = (5, 6, 10)  # the range [0, 5) needs 5 steps
+
     def make_selector(self):
         return RandomWindow(size=2, lo=0, hi=5)
 
 
+class TestRandomOverTheScheduleConformance(WindowSelectorConformance):
+    def make_selector(self):
+        return RandomWindow(size=1)  # hi=None: the schedule's length, so every schedule fits
+
+
 class TestSlidingConformance(WindowSelectorConformance):
+    step_counts = (3, 4, 6, 10)  # a window of 3 steps
+
     def make_selector(self):
         return SlidingWindow(size=3, every=2)
 

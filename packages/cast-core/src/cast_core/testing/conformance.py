@@ -5,19 +5,40 @@ shapes, ranges, determinism, adapter on/off, save/load round-trips. Subclass one
 module under a ``Test*`` name and implement its ``make_*`` method; pytest collects the
 inherited ``test_*`` methods. Override the class attributes (``prompts``, ``image_size`` …)
 where your component needs other inputs. The kits depend on torch only, not on pytest.
+
+The kits' own inputs are adversarial on purpose, because kind inputs let real mistakes through:
+black, white and saturated images, non-square sizes, graphs without atoms and long graphs,
+schedules of 1 to 4 steps, all-zero heatmaps. docs/plugins.md lists every check and option.
 """
 
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from typing import Any, Sequence
 
 import torch
 
+from cast_core.errors import CastError, SceneGraphError
 from cast_core.protocols import AdvantageProjector, AtomDecomposer, AtomScorer, Embedder, Policy, WindowSelector
-from cast_core.scene_graph import ATOM_KINDS, SceneGraph
+from cast_core.scene_graph import ATOM_KINDS, Atom, Entity, SceneGraph
 from cast_core.sde import check_schedule
 from cast_core.types import AdvantageMap, AtomScores, Window
+
+
+def extreme_images(size: Sequence[int]) -> torch.Tensor:
+    """``[6, 3, H, W]``: black, white, pure red, green and blue, and pixels each 0 or 1. Random
+    images average near 0.5 and hide a score or a normalisation that breaks at the ends of the
+    range; these sit on them."""
+    h, w = size
+    black, white = torch.zeros(3, h, w), torch.ones(3, h, w)
+    primaries = [torch.zeros(3, h, w).index_fill_(0, torch.tensor([c]), 1.0) for c in range(3)]
+    binary = (torch.rand(3, h, w, generator=torch.Generator().manual_seed(0)) > 0.5).float()
+    return torch.stack([black, white, *primaries, binary])
+
+
+def _cycle(items: Sequence[Any], n: int) -> list[Any]:
+    return [items[i % len(items)] for i in range(n)]
 
 
 def _perturb_(params: Sequence[torch.nn.Parameter], seed: int) -> None:
@@ -77,6 +98,19 @@ class PolicyConformance:
         check_schedule(s, self.num_steps, type(policy).__name__)  # length, descending, 0 at the end, ≤ 1
         assert s.dtype == torch.float32
         assert float(s[0]) > 0.0
+
+    def test_short_schedules_are_valid_or_refused(self):
+        """Schedules of 1-4 steps are where a shifted or terminal-stretched schedule breaks
+        (diffusers' ``shift_terminal`` gives NaN for one step): a policy returns a valid schedule
+        or refuses the step count with a ValueError, never a schedule that breaks the sampler."""
+        policy = self.make_policy()
+        for n in (1, 2, 3, 4):
+            try:
+                s = policy.sigmas(n)
+            except ValueError:
+                continue
+            check_schedule(s, n, f"{type(policy).__name__}.sigmas({n})")
+            assert s.dtype == torch.float32 and float(s[0]) > 0.0, f"sigmas({n}) = {s.tolist()}"
 
     def test_initial_noise_matches_grid_and_seed(self):
         policy = self.make_policy()
@@ -154,9 +188,15 @@ class PolicyConformance:
 
 class AtomScorerConformance:
     """Contract of an :class:`~cast_core.protocols.AtomScorer`. Implement :meth:`make_scorer`;
-    override :meth:`make_inputs` to feed images your scorer understands."""
+    override :meth:`make_inputs` to feed images and graphs your scorer understands. The
+    adversarial checks reuse those graphs (and their image size) with the kit's own images:
+    extreme colours, non-square sizes (``non_square_sizes``, by default twice as wide and twice as
+    tall), a graph without atoms and one of at least ``long_graph_atoms`` atoms."""
 
     image_size: tuple[int, int] = (32, 32)
+    non_square_sizes: Sequence[tuple[int, int]] | None = None
+    long_graph_atoms: int = 32
+    atol: float = 1e-5
 
     def make_scorer(self) -> Any:
         raise NotImplementedError("return a freshly built scorer")
@@ -168,36 +208,115 @@ class AtomScorerConformance:
         graphs = [simple_graph(), simple_graph("two blue squares", "square", "blue", 2), simple_graph("a circle", colour=None)]
         return images, graphs
 
+    def make_long_graph(self) -> SceneGraph:
+        """Copies of :meth:`make_inputs`' graphs joined into one, so its words are ones the
+        scorer understands; override for a long prompt of your own."""
+        _, graphs = self.make_inputs()
+        entities: list[Entity] = []
+        atoms: list[Atom] = []
+        copy = 0
+        while len(atoms) < self.long_graph_atoms:
+            for j, g in enumerate(graphs):
+                ids = {x.id: f"{x.id}-{copy}-{j}" for x in (*g.entities, *g.atoms)}
+                entities += [replace(e, id=ids[e.id]) for e in g.entities]
+                atoms += [replace(a, id=ids[a.id], entity=ids[a.entity], other=ids.get(a.other, a.other),
+                                  parents=tuple(ids[q] for q in a.parents)) for a in g.atoms]
+            copy += 1
+        prompt = " and ".join(g.prompt for g in graphs)
+        return SceneGraph(prompt, tuple(entities), tuple(atoms)).validate()
+
+    def _sizes(self, images: torch.Tensor) -> list[tuple[int, int]]:
+        if self.non_square_sizes is not None:
+            return [tuple(s) for s in self.non_square_sizes]
+        h, w = images.shape[-2:]
+        return [(h, 2 * w), (2 * h, w)]
+
+    def _check_scores(self, out: Any, graphs: Sequence[SceneGraph], what: str) -> None:
+        assert isinstance(out, AtomScores) and len(out) == len(graphs), f"{what}: one score row per image"
+        for i, (g, s) in enumerate(zip(graphs, out.scores)):
+            where = f"{what}, image {i} ({g.prompt!r})"
+            assert s.shape == (len(g.atoms),), f"{where}: {tuple(s.shape)} scores for {len(g.atoms)} atoms"
+            assert bool(torch.isfinite(s).all()), f"{where}: non-finite scores {s.tolist()}"
+            assert bool(((s >= 0) & (s <= 1)).all()), f"{where}: scores outside [0, 1]: {s.tolist()}"
+
+    def _check_heatmaps(self, out: Any, images: torch.Tensor, graphs: Sequence[SceneGraph], what: str) -> None:
+        """Heatmaps may be on the image grid or on the judge's own coarser grid (a VLM gives one
+        token per 32 px; the projector resizes them), as long as the grid covers the whole image
+        with the image's aspect ratio (within one cell, both ways) and every image of a call uses
+        the same grid. On a non-square image a map transposed to ``(W, H)`` fails here."""
+        assert out.heatmaps is not None and len(out.heatmaps) == len(graphs), f"{what}: one heatmap stack per image"
+        H, W = images.shape[-2:]
+        grids = set()
+        for i, (g, m) in enumerate(zip(graphs, out.heatmaps)):
+            where = f"{what}, image {i} ({g.prompt!r})"
+            assert m.ndim == 3 and m.shape[0] == len(g.atoms), f"{where}: heatmaps {tuple(m.shape)}, expected [K, h, w]"
+            h, w = m.shape[-2:]
+            assert 1 <= h <= H and 1 <= w <= W, f"{where}: heatmap grid {h}x{w} does not fit the {H}x{W} image"
+            aspect_ok = abs(h * W / H - w) <= 1 + 1e-6 and abs(w * H / W - h) <= 1 + 1e-6
+            assert aspect_ok, f"{where}: heatmap grid {h}x{w} does not have the {H}x{W} image's aspect (transposed?)"
+            assert bool(torch.isfinite(m).all()), f"{where}: non-finite heatmap values"
+            assert bool((m >= 0).all()), f"{where}: negative heatmap values"
+            grids.add((h, w))
+        assert len(grids) <= 1, f"{what}: images of one call got heatmaps on different grids: {sorted(grids)}"
+
     def test_is_scorer(self):
         assert isinstance(self.make_scorer(), AtomScorer)
 
     def test_scores_align_with_atoms_and_lie_in_unit_range(self):
         images, graphs = self.make_inputs()
         out = self.make_scorer().score(images, graphs, heatmaps=False)
-        assert isinstance(out, AtomScores) and len(out) == len(graphs)
-        for g, s in zip(graphs, out.scores):
-            assert s.shape == (len(g.atoms),), f"{g.prompt!r}: {tuple(s.shape)} scores for {len(g.atoms)} atoms"
-            assert bool(((s >= 0) & (s <= 1)).all()), f"{g.prompt!r}: scores outside [0, 1]: {s.tolist()}"
+        self._check_scores(out, graphs, "make_inputs()")
         assert out.heatmaps is None, "heatmaps must be None when not requested"
 
     def test_heatmaps_cover_the_image_and_are_non_negative(self):
-        """Heatmaps may be on the image grid or on the judge's own coarser grid (a VLM gives one
-        token per 32 px; the projector resizes them), as long as the grid covers the whole
-        image with the image's aspect ratio (within one cell) and every image of a call uses
-        the same grid."""
         images, graphs = self.make_inputs()
         out = self.make_scorer().score(images, graphs, heatmaps=True)
-        assert out.heatmaps is not None and len(out.heatmaps) == len(graphs)
-        H, W = images.shape[-2:]
-        grids = set()
-        for g, m in zip(graphs, out.heatmaps):
-            assert m.ndim == 3 and m.shape[0] == len(g.atoms), tuple(m.shape)
-            h, w = m.shape[-2:]
-            assert 1 <= h <= H and 1 <= w <= W, f"heatmap grid {h}x{w} is finer than the {H}x{W} image"
-            assert abs(h * W / H - w) <= 1 + 1e-6, f"heatmap grid {h}x{w} does not have the image's aspect {H}x{W}"
-            assert bool((m >= 0).all()) and bool(torch.isfinite(m).all())
-            grids.add((h, w))
-        assert len(grids) <= 1, f"images of one call got heatmaps on different grids: {sorted(grids)}"
+        self._check_scores(out, graphs, "make_inputs() with heatmaps")
+        self._check_heatmaps(out, images, graphs, "make_inputs()")
+
+    def test_extreme_images_get_finite_scores_in_unit_range(self):
+        """Black, white, pure primaries and 0/1 pixels, each judged against your graphs: a score
+        scaled or shifted out of [0, 1], or a 0/0 on a black image, shows here."""
+        inputs, graphs = self.make_inputs()
+        images = extreme_images(inputs.shape[-2:]).to(inputs.dtype)
+        graphs = _cycle(graphs, len(images))
+        scorer = self.make_scorer()
+        self._check_scores(scorer.score(images, graphs, heatmaps=False), graphs, "extreme images")
+        out = scorer.score(images, graphs, heatmaps=True)
+        self._check_scores(out, graphs, "extreme images with heatmaps")
+        self._check_heatmaps(out, images, graphs, "extreme images")
+
+    def test_non_square_images_get_heatmaps_in_their_orientation(self):
+        inputs, graphs = self.make_inputs()
+        scorer = self.make_scorer()
+        for i, (h, w) in enumerate(self._sizes(inputs)):
+            images = torch.rand(2, 3, h, w, generator=torch.Generator().manual_seed(i)).to(inputs.dtype)
+            two = _cycle(graphs, 2)
+            out = scorer.score(images, two, heatmaps=True)
+            self._check_scores(out, two, f"{h}x{w} images")
+            self._check_heatmaps(out, images, two, f"{h}x{w} images")
+
+    def test_graphs_without_atoms_and_long_graphs(self):
+        """A graph may have no atoms (``SceneGraph.validate`` allows it; scores ``[0]``, maps
+        ``[0, h, w]``) or many, mixed in one call."""
+        inputs, graphs = self.make_inputs()
+        empty = SceneGraph(graphs[0].prompt).validate()
+        mixed = [empty, self.make_long_graph()]
+        images = inputs[:1].expand(2, *inputs.shape[1:]).clone()
+        out = self.make_scorer().score(images, mixed, heatmaps=True)
+        self._check_scores(out, mixed, "an empty and a long graph")
+        self._check_heatmaps(out, images, mixed, "an empty and a long graph")
+
+    def test_an_image_scores_the_same_alone_as_in_a_batch(self):
+        """Scores are per image: normalising over the batch (a min-max, a softmax across images)
+        stays in range and would pass every other check."""
+        images, graphs = self.make_inputs()
+        scorer = self.make_scorer()
+        together = scorer.score(images, graphs).scores
+        for i in range(len(images)):
+            alone = scorer.score(images[i:i + 1], graphs[i:i + 1]).scores[0]
+            torch.testing.assert_close(alone, together[i], atol=self.atol, rtol=0,
+                                       msg=lambda m, i=i: f"image {i} alone vs in the batch: {m}")
 
     def test_scores_are_deterministic(self):
         images, graphs = self.make_inputs()
@@ -241,13 +360,32 @@ class AtomDecomposerConformance:
         for prompt in self.prompts:
             assert dec.decompose(prompt).to_dict() == dec.decompose(prompt).to_dict()
 
+    def test_blank_and_long_prompts_are_refused_or_decomposed(self):
+        """Prompts no grammar expects: refused with a ``SceneGraphError`` (the trainer stops with
+        its message) or turned into a valid graph of that very prompt; never another exception,
+        such as an IndexError on an empty word list."""
+        dec = self.make_decomposer()
+        long_prompt = ", and ".join(list(self.prompts) * 8)
+        for prompt in ("", "   ", long_prompt):
+            try:
+                g = dec.decompose(prompt)
+            except SceneGraphError:
+                continue
+            assert isinstance(g, SceneGraph) and g.prompt == prompt, f"{prompt[:40]!r}: the graph must keep the prompt"
+            g.validate()
+
 
 class WindowSelectorConformance:
     """Contract of a :class:`~cast_core.protocols.WindowSelector`. Implement
-    :meth:`make_selector`; the policy defaults to the built-in fake."""
+    :meth:`make_selector`; the policy defaults to the built-in fake.
+
+    ``step_counts`` are the schedule lengths the selector serves: each must give a window that
+    fits. A selector configured with explicit steps that cannot fit a short schedule (``fixed``
+    at steps 1..3 needs 4) narrows ``step_counts`` in its test; the kit still tries 1-4 steps and
+    then wants a fitting window or a ValueError, never a window past the schedule's end."""
 
     prompts: Sequence[str] = ("a red circle", "two blue squares")
-    step_counts: Sequence[int] = (6, 10)
+    step_counts: Sequence[int] = (1, 2, 3, 4, 6, 10)
 
     def make_selector(self) -> Any:
         raise NotImplementedError("return a freshly built window selector")
@@ -257,20 +395,32 @@ class WindowSelectorConformance:
 
         return FakePolicy()
 
+    @staticmethod
+    def _check_fits(w: Any, n: int) -> None:
+        assert isinstance(w, Window), f"select() returned {type(w).__name__}, not a Window"
+        assert w.size >= 1 and w.end <= n, f"window {w.start}+{w.size} does not fit {n} steps"
+
     def test_is_window_selector(self):
         assert isinstance(self.make_selector(), WindowSelector)
 
     def test_window_fits_the_schedule(self):
         sel, policy = self.make_selector(), self.make_policy()
         for n in self.step_counts:
-            w = sel.select(policy, list(self.prompts), n)
-            assert isinstance(w, Window)
-            assert w.size >= 1 and w.end <= n, f"window {w.start}+{w.size} does not fit {n} steps"
+            self._check_fits(sel.select(policy, list(self.prompts), n), n)
+
+    def test_short_schedules_fit_or_are_refused(self):
+        sel, policy = self.make_selector(), self.make_policy()
+        for n in sorted({1, 2, 3, 4} - set(self.step_counts)):
+            try:
+                w = sel.select(policy, list(self.prompts), n)
+            except (ValueError, CastError):
+                continue
+            self._check_fits(w, n)
 
     def test_is_deterministic(self):
-        policy = self.make_policy()
-        a = self.make_selector().select(policy, list(self.prompts), self.step_counts[0])
-        b = self.make_selector().select(policy, list(self.prompts), self.step_counts[0])
+        policy, n = self.make_policy(), max(self.step_counts)
+        a = self.make_selector().select(policy, list(self.prompts), n)
+        b = self.make_selector().select(policy, list(self.prompts), n)
         assert (a.start, a.size) == (b.start, b.size)
 
 
@@ -281,6 +431,8 @@ class AdvantageProjectorConformance:
     group_size: int = 4
     image_size: tuple[int, int] = (16, 16)
     latent_grid: tuple[int, int] = (4, 4)
+    non_square_image_size: tuple[int, int] = (16, 32)
+    non_square_latent_grid: tuple[int, int] = (2, 4)
 
     def make_projector(self) -> Any:
         raise NotImplementedError("return a freshly built projector")
@@ -318,6 +470,49 @@ class AdvantageProjectorConformance:
         scores[1] = 0.05
         out = self.make_projector().project(scores, heatmaps, graph, self.latent_grid)
         assert float(out.values[0].mean()) > float(out.values[1].mean())
+
+    def _check_finite(self, out: Any, grid: Sequence[int], what: str) -> None:
+        assert isinstance(out, AdvantageMap), f"{what}: project() returned {type(out).__name__}"
+        assert out.values.shape == (self.group_size, *grid), f"{what}: values {tuple(out.values.shape)}"
+        assert out.prompt_advantages.shape == (self.group_size,), f"{what}: {tuple(out.prompt_advantages.shape)}"
+        finite = bool(torch.isfinite(out.values).all()) and bool(torch.isfinite(out.prompt_advantages).all())
+        assert finite, f"{what}: non-finite advantages"
+
+    def test_zero_missing_and_saturated_inputs_give_finite_maps(self):
+        """A judge gives an all-zero map on a black image, a scalar judge gives no maps at all,
+        a prompt's graph may have no atoms, and a group may pass or fail every atom: no 0/0."""
+        scores, heatmaps, graph = self._inputs()
+        projector = self.make_projector()
+        self._check_finite(projector.project(scores, torch.zeros_like(heatmaps), graph, self.latent_grid),
+                           self.latent_grid, "all-zero heatmaps")
+        self._check_finite(projector.project(scores, None, graph, self.latent_grid), self.latent_grid, "heatmaps=None")
+        g, k = self.group_size, len(graph.atoms)
+        for value in (0.0, 1.0):
+            self._check_finite(projector.project(torch.full((g, k), value), heatmaps, graph, self.latent_grid),
+                               self.latent_grid, f"every score {value}")
+        empty = SceneGraph(graph.prompt).validate()
+        out = projector.project(torch.zeros(g, 0), torch.zeros(g, 0, *self.image_size), empty, self.latent_grid)
+        self._check_finite(out, self.latent_grid, "a graph without atoms")
+
+    def test_advantage_follows_the_heatmap_on_a_non_square_grid(self):
+        """Every atom of every image looked at the top-left quarter of a wide image: the image
+        that passes every atom gets no less advantage in any cell of that quarter than anywhere
+        else, the one that fails every atom no more. A map flipped, or resized with height and
+        width swapped, moves the advantage out of the quarter."""
+        scores, _, graph = self._inputs()
+        scores[0], scores[1] = 0.95, 0.05
+        (H, W), (h, w) = self.non_square_image_size, self.non_square_latent_grid
+        heatmaps = torch.zeros(self.group_size, len(graph.atoms), H, W)
+        heatmaps[..., : H // 2, : W // 2] = 1.0
+        out = self.make_projector().project(scores, heatmaps, graph, (h, w))
+        self._check_finite(out, (h, w), f"{H}x{W} heatmaps on a {h}x{w} grid")
+        quarter = torch.zeros(h, w, dtype=torch.bool)
+        quarter[: h // 2, : w // 2] = True
+        passed, failed = out.values[0], out.values[1]
+        assert float(passed[quarter].min()) >= float(passed[~quarter].max()) - 1e-6, \
+            f"the image that passes gets more advantage outside where its judge looked: {passed.tolist()}"
+        assert float(failed[quarter].max()) <= float(failed[~quarter].min()) + 1e-6, \
+            f"the image that fails gets less blame where its judge looked: {failed.tolist()}"
 
 
 class EmbedderConformance:
@@ -365,6 +560,18 @@ class EmbedderConformance:
         together = embedder.embed(images)
         alone = torch.cat([embedder.embed(images[i:i + 1]) for i in range(images.shape[0])])
         torch.testing.assert_close(alone, together, atol=self.atol, rtol=self.atol)
+
+    def test_extreme_and_non_square_images_embed_finitely(self):
+        """Window selection embeds x̂0 estimates, which are often flat, clipped or saturated, at
+        the policy's size, which need not be square: a norm of zero must not become NaN."""
+        embedder = self.make_embedder()
+        h, w = self.image_size
+        for size in ((h, w), (h, 2 * w), (2 * h, w)):
+            images = extreme_images(size)
+            emb = embedder.embed(images)
+            assert isinstance(emb, torch.Tensor) and emb.ndim == 2 and emb.shape[0] == len(images), \
+                f"{size}: expected [{len(images)}, D], got {tuple(getattr(emb, 'shape', ()))}"
+            assert bool(torch.isfinite(emb).all()), f"{size}: non-finite embeddings for black/white/saturated images"
 
     def test_tells_different_images_apart(self):
         emb = self.make_embedder().embed(self.make_images()).float()
