@@ -23,6 +23,7 @@ from cast_core.errors import CastError, SceneGraphError
 from cast_core.protocols import AdvantageProjector, AtomDecomposer, AtomScorer, Embedder, Policy, WindowSelector
 from cast_core.scene_graph import ATOM_KINDS, Atom, Entity, SceneGraph
 from cast_core.sde import check_schedule
+from cast_core.testing.features import check_features
 from cast_core.types import AdvantageMap, AtomScores, Window
 
 
@@ -91,6 +92,12 @@ class PolicyConformance:
 
     def test_is_policy(self):
         assert isinstance(self.make_policy(), Policy)
+
+
+    def test_optional_features_keep_their_contracts(self):
+        """Each optional feature the policy has (cast_core.protocols.OPTIONAL_FEATURES) is checked
+        on a fresh policy: inference() restores the weights, offloading keeps the velocity …"""
+        check_features("policy", self.make_policy(), make_policy=self.make_policy, prompts=self.prompts)
 
     def test_sigmas_descend_to_zero(self):
         policy = self.make_policy()
@@ -338,6 +345,10 @@ class AtomDecomposerConformance:
     def test_is_decomposer(self):
         assert isinstance(self.make_decomposer(), AtomDecomposer)
 
+
+    def test_optional_features_keep_their_contracts(self):
+        check_features("atom_decomposer", self.make_decomposer(), prompts=self.prompts)
+
     def test_graphs_are_valid_and_keep_the_prompt(self):
         dec = self.make_decomposer()
         for prompt in self.prompts:
@@ -403,6 +414,13 @@ class WindowSelectorConformance:
     def test_is_window_selector(self):
         assert isinstance(self.make_selector(), WindowSelector)
 
+
+    def test_optional_features_keep_their_contracts(self):
+        """A per-step window is a pure function of (seed, step) that fits every schedule the
+        selector serves; prompts_for names prompts."""
+        check_features("window_selector", self.make_selector(), policy=self.make_policy(), prompts=self.prompts,
+                       step_counts=self.step_counts)
+
     def test_window_fits_the_schedule(self):
         sel, policy = self.make_selector(), self.make_policy()
         for n in self.step_counts:
@@ -448,6 +466,13 @@ class AdvantageProjectorConformance:
 
     def test_is_projector(self):
         assert isinstance(self.make_projector(), AdvantageProjector)
+
+
+    def test_optional_features_keep_their_contracts(self):
+        """A projector that says it needs no heatmaps must project without them."""
+        scores, heatmaps, graph = self._inputs()
+        check_features("advantage_projector", self.make_projector(), inputs=(scores, heatmaps, graph),
+                       latent_grid=self.latent_grid)
 
     def test_map_shape_and_finite(self):
         scores, heatmaps, graph = self._inputs()
@@ -541,6 +566,10 @@ class EmbedderConformance:
 
     def test_is_embedder(self):
         assert isinstance(self.make_embedder(), Embedder)
+
+
+    def test_optional_features_keep_their_contracts(self):
+        check_features("embedder", self.make_embedder())
 
     def test_one_finite_vector_per_image(self):
         images = self.make_images()
