@@ -1,4 +1,4 @@
-"""DESIGN §7 performance contracts, measured side by side in one run on the shapes policy.
+"""docs/design.md §7 performance contracts, measured side by side in one run on the shapes policy.
 
 1. Sampling with log-probs vs the model's own plain ODE sampler, same steps and batch:
    target ratio <= ~1.05.

@@ -1,4 +1,4 @@
-"""The DESIGN §3.1 JSON contract: round-trips exactly, and every malformation names its atom."""
+"""The docs/design.md §3.1 JSON contract: round-trips exactly, and every malformation names its atom."""
 
 import json
 

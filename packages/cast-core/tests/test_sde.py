@@ -22,7 +22,7 @@ def _inputs(seed: int = 0, dtype: torch.dtype = torch.float32):
 
 
 def _closed_form(x, v, sigma, sigma_next, eta, sigma_max):
-    """DESIGN §4 written out in float64, per sample, independently of cast's code."""
+    """docs/design.md §4 written out in float64, per sample, independently of cast's code."""
     x, v = x.double(), v.double()
     s = sigma.double().reshape(-1, 1, 1)
     sn = sigma_next.double().reshape(-1, 1, 1)

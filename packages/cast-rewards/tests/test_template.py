@@ -1,4 +1,4 @@
-"""The template decomposer: every construction of its grammar, the exact DESIGN §3.1 output, the
+"""The template decomposer: every construction of its grammar, the exact docs/design.md §3.1 output, the
 GenEval 2 questions, and errors that name the span they could not read."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from cast_rewards.template import TemplateDecomposer
 
 # -- compact specs -----------------------------------------------------------------------------
 # An entity is (noun, count, [attributes]); a relation is (subject index, phrase, other index,
-# skill). `expected` spells out the DESIGN §3.1 layout independently of the implementation.
+# skill). `expected` spells out the docs/design.md §3.1 layout independently of the implementation.
 
 P, V = "position", "verb"
 

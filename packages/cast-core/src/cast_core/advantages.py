@@ -1,4 +1,4 @@
-"""From per-atom scores of one prompt group to advantages (DESIGN §4, "Atoms → advantages").
+"""From per-atom scores of one prompt group to advantages (docs/design.md §4, "Atoms → advantages").
 
 A group is ``G`` images of the same prompt, scored on the ``K`` atoms of its scene graph:
 ``scores[g, k]`` in ``[0, 1]``. Three quantities come out of it:

@@ -1,4 +1,4 @@
-"""The PPO-style clipped objective and the KL term (DESIGN §4, "Objective").
+"""The PPO-style clipped objective and the KL term (docs/design.md §4, "Objective").
 
 Two forms of the same surrogate ``-min(r·A, clip(r, 1-ε, 1+ε)·A)`` with ``r = exp(ℓθ - ℓold)``:
 

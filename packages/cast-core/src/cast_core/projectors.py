@@ -1,5 +1,5 @@
 """Advantage projectors: one prompt group's atom scores (and heatmaps) -> an advantage per latent
-position (DESIGN §4, "Projection"). Registered as the built-ins ``scalar`` and ``spatial``.
+position (docs/design.md §4, "Projection"). Registered as the built-ins ``scalar`` and ``spatial``.
 
 * :class:`ScalarProjector` is Flow-GRPO: every position of image ``g`` gets the prompt-level
   advantage ``Âg`` — the image is credited or blamed as a whole.

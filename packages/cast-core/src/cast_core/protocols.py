@@ -101,7 +101,7 @@ class AtomDecomposer(Protocol):
     """Turns a prompt into a validated :class:`SceneGraph`."""
 
     def decompose(self, prompt: str) -> SceneGraph:
-        """The prompt's scene graph (DESIGN §3.1); raise ``SceneGraphError`` on bad input."""
+        """The prompt's scene graph (docs/design.md §3.1); raise ``SceneGraphError`` on bad input."""
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """The Causal Scene Graph: a prompt broken into verifiable atoms with parent links.
 
-This module owns the stable JSON contract of DESIGN §3.1 (what `cast decompose --json` prints and
+This module owns the stable JSON contract of docs/design.md §3.1 (what `cast decompose --json` prints and
 what every decomposer returns) and its validation. Validation is strict and names the offending
 atom, because a silently wrong graph turns into silently wrong advantages much later.
 """
@@ -230,7 +230,7 @@ class SceneGraph:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SceneGraph":
-        """Parse and validate the DESIGN §3.1 form; unknown keys are errors (they are typos)."""
+        """Parse and validate the docs/design.md §3.1 form; unknown keys are errors (they are typos)."""
         if not isinstance(data, Mapping):
             raise SceneGraphError(f"a scene graph must be a JSON object, got {type(data).__name__}")
         _no_unknown_keys(data, _GRAPH_KEYS, "scene graph")

@@ -1,5 +1,5 @@
 """One denoising step of a rectified-flow sampler, deterministic (ODE) or stochastic (SDE), with
-the Gaussian log-density RL needs (DESIGN §4).
+the Gaussian log-density RL needs (docs/design.md §4).
 
 Convention: ``x_σ = (1-σ)·x0 + σ·ε``, ``σ = 1`` is pure noise and the model predicts
 ``v = ε - x0``. Going from ``σ`` to ``σ' < σ`` the ODE step is ``x' = x + (σ'-σ)·v``.

@@ -1,5 +1,5 @@
 """The ``geneval2`` decomposer: GenEval 2's own atoms, read from a user-supplied copy of its
-``geneval2_data.jsonl`` (CC BY-NC 4.0: cast does not ship it), as DESIGN §3.1 scene graphs.
+``geneval2_data.jsonl`` (CC BY-NC 4.0: cast does not ship it), as docs/design.md §3.1 scene graphs.
 
 Each line holds ``prompt``, ``atom_count``, ``vqa_list`` (``[question, answer]`` pairs) and
 ``skills`` (one per pair). GenEval 2 asks, per object and in this order, ``How many {objs} are in

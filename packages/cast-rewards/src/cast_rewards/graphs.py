@@ -1,10 +1,10 @@
-"""Turn parsed noun phrases and relations into the DESIGN §3.1 scene graph.
+"""Turn parsed noun phrases and relations into the docs/design.md §3.1 scene graph.
 
 Kept apart from any one parser so every decomposer (template, a GenEval 2 file reader, an LLM)
 numbers ids, orders atoms, links parents and words questions identically; a scorer or a cached
 graph file can then rely on ``a2`` meaning the same thing whichever decomposer made it.
 
-The layout (DESIGN §3.1):
+The layout (docs/design.md §3.1):
 
 - entities ``e1``, ``e2`` … in the order given;
 - atoms ``a1``, ``a2`` …: for each entity its ``object`` atom, its ``count`` atom (always, also for

@@ -1,6 +1,6 @@
 """English noun number: plural → singular lemma (:func:`singularize`) and back (:func:`pluralize`).
 
-Why here and not a dependency: the scene graph stores nouns as singular lemmas (DESIGN §3.1), and
+Why here and not a dependency: the scene graph stores nouns as singular lemmas (docs/design.md §3.1), and
 GenEval 2's question templates need the plural again ("How many circles …?"). Prompts of this kind
 use a few hundred everyday nouns, so a small irregulars table plus suffix rules covers them and
 keeps cast-rewards free of NLP dependencies (and deterministic across versions of such libraries).

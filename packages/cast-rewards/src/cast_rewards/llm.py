@@ -1,7 +1,7 @@
 """The ``llm`` decomposer: a local chat LLM (through transformers) writes the scene graph.
 
 For prompts the ``template`` grammar cannot read ("a corgi wearing a tiny crown on a velvet
-cushion"). The model is shown the DESIGN §3.1 JSON contract and one worked example (the template
+cushion"). The model is shown the docs/design.md §3.1 JSON contract and one worked example (the template
 decomposer's own graph of a GenEval-style prompt), and asked for the graph of the user's prompt.
 Its answer is validated (``SceneGraph.from_dict``: kinds, references, parents, no cycles). A
 malformed answer is sent back once with the validation error; if the second answer is malformed

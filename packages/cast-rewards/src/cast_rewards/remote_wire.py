@@ -1,7 +1,7 @@
 """The bytes a remote scorer and its server exchange: safetensors, never pickle.
 
 A request is one safetensors blob: ``images`` ``[B, 3, H, W]`` float32 in ``[0, 1]``, with the
-scene graphs (DESIGN §3.1 JSON) and the ``heatmaps`` flag in its string metadata. A response is
+scene graphs (docs/design.md §3.1 JSON) and the ``heatmaps`` flag in its string metadata. A response is
 one blob with ``scores.{i}`` ``[K_i]`` and, when asked, ``heatmaps.{i}`` ``[K_i, H, W]``. Why
 safetensors: unpickling bytes from a network port runs whatever they say; safetensors only
 ever yields tensors, and the format is already a dependency.
@@ -39,7 +39,7 @@ def decode_request(blob: bytes) -> tuple[torch.Tensor, list[SceneGraph], bool]:
     try:
         graphs = [SceneGraph.from_dict(g) for g in json.loads(meta.get("graphs", ""))]
     except (ValueError, TypeError) as err:
-        raise WireError(f"the request's scene graphs are not valid DESIGN §3.1 JSON: {err}") from None
+        raise WireError(f"the request's scene graphs are not valid docs/design.md §3.1 JSON: {err}") from None
     if len(graphs) != images.shape[0]:
         raise WireError(f"{images.shape[0]} images but {len(graphs)} scene graphs")
     return images, graphs, meta.get("heatmaps") == "1"

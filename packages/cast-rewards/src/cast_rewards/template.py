@@ -1,4 +1,4 @@
-"""The ``template`` decomposer: GenEval 2-style prompts → DESIGN §3.1 scene graphs, by grammar.
+"""The ``template`` decomposer: GenEval 2-style prompts → docs/design.md §3.1 scene graphs, by grammar.
 
 Prompts of GenEval 2 and of the shapes world are filled templates ("five candles under three
 croissants to the right of a green flower"), so a small deterministic grammar decomposes them
@@ -311,7 +311,7 @@ class TemplateDecomposer:
         self.distinct_nouns = bool(distinct_nouns)
 
     def decompose(self, prompt: str) -> SceneGraph:
-        """The DESIGN §3.1 scene graph of ``prompt``, with GenEval 2 questions on every atom.
+        """The docs/design.md §3.1 scene graph of ``prompt``, with GenEval 2 questions on every atom.
 
         With ``distinct_nouns`` a prompt naming two objects by the same noun ("a red box next to a
         blue box") is refused: its count questions ("How many boxes…?" → one, twice) and

@@ -8,10 +8,10 @@ Grammar (every world prompt, and nothing else, parses)::
     connector := "and" | "," | relation              "left of" | "right of" | "above" | "below"
 
 A relation connector links the entity just before it to the entity just after it, which is how
-DESIGN §3.1 (and GenEval 2) read chains: "A left of B above C" is (A left of B), (B above C).
+docs/design.md §3.1 (and GenEval 2) read chains: "A left of B above C" is (A left of B), (B above C).
 Three entities joined only by "and" are written "A, B and C".
 
-:func:`scene_to_graph` builds the DESIGN §3.1 scene graph straight from the scene (no parsing,
+:func:`scene_to_graph` builds the docs/design.md §3.1 scene graph straight from the scene (no parsing,
 so the world never depends on a decomposer): per entity in prompt order its ``object``, ``count``
 and (when a colour is given) ``attribute`` atoms, then one ``relation`` atom per relation, each
 with its GenEval 2 question. Atom counts run 2 (one colourless entity) to 8.
@@ -147,7 +147,7 @@ def _the(e: ObjectSpec) -> str:
 
 
 def scene_to_graph(scene: Scene, prompt: str | None = None) -> SceneGraph:
-    """The DESIGN §3.1 scene graph of ``scene`` (with questions), validated.
+    """The docs/design.md §3.1 scene graph of ``scene`` (with questions), validated.
 
     Questions use GenEval 2's templates verbatim, without colours ("Are the circles left of the
     square?"), also when two entities share a noun; the oracle resolves which objects each

@@ -1,7 +1,7 @@
 """``clip-curvature``: CAST's automatic SDE window, from where the sample's structure forms.
 
 Exploration noise only helps RL where it can change what the image shows. The selector measures
-that directly (DESIGN §4): it samples a calibration set with the ODE, embeds the Tweedie estimate
+that directly (docs/design.md §4): it samples a calibration set with the ODE, embeds the Tweedie estimate
 ``x̂0`` of every step, and follows its cosine similarity to the final image
 (:mod:`cast_windows.curve`). The *formation point* is the knee of that curve where the rise
 flattens (:mod:`cast_windows.knee`). The window is the run of steps up to it:

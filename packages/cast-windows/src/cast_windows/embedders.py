@@ -90,7 +90,7 @@ def _digest(model: Any) -> str:
 
 
 class ClipEmbedder:
-    """CLIP image embeddings via open_clip (ViT-L-14 by default, as in DESIGN §4).
+    """CLIP image embeddings via open_clip (ViT-L-14 by default, as in docs/design.md §4).
 
     ``pretrained`` is an open_clip pretrained tag (e.g. ``"openai"``, fetched once into
     open_clip's cache on the user's machine) or a path to a local checkpoint file — pass a path to

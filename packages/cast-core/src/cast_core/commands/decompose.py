@@ -1,4 +1,4 @@
-"""``cast decompose``: prompts to Causal Scene Graphs (DESIGN §3.1 JSON, one object a line)."""
+"""``cast decompose``: prompts to Causal Scene Graphs (docs/design.md §3.1 JSON, one object a line)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The DESIGN §3.1 example graph, as data: the one scene graph every decomposer and world that
+"""The docs/design.md §3.1 example graph, as data: the one scene graph every decomposer and world that
 claims the contract must reproduce exactly (questions aside). Kept in one place so that the
 contract tests of every package compare against the same object."""
 
