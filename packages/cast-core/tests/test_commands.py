@@ -131,6 +131,7 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
 
     import torch
 
+    from cast_core.comparison import LAYOUT
     from cast_core.testing.fakes import FakePolicy
 
     prompts = tmp_path / "prompts.txt"
@@ -142,9 +143,18 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
     trained.save_adapter(adapter)
     common = ["--policy", "fake", "--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake",
               "-k", "2", "--steps", "3"]
-    run = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2", "--json"])
+    out = tmp_path / "compare.json"
+    run = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2", "--json",
+                                   "--out", str(out)])
     assert run.exit_code == 0, run.output
     result = json.loads(run.stdout)
+    assert json.loads(out.read_text()) == result
+    # the comparison layout of run_dir.py (compare_evaluations), and cast compare's own keys beside it
+    assert result["layout"] == LAYOUT and set(result) == {
+        "layout", "seeds", "prompts", "images_per_prompt", "per_seed", "pooled", "over_seeds",
+        "policy", "adapter", "base_adapter", "suite", "steps", "prompts_digest"}
+    assert (result["seeds"], result["prompts"], result["images_per_prompt"]) == ([0, 1, 2], 3, 2)
+    assert set(result["pooled"]) == {"base", "trained", "gm_difference", "skill_differences"}
     assert [r["seed"] for r in result["per_seed"]] == [0, 1, 2]
     # each seed's row is exactly what `cast eval --baseline` pairs at that seed
     for row in result["per_seed"][:2]:
@@ -154,9 +164,11 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
         ev = CliRunner().invoke(cli, ["eval", *common, *seed, "--adapter", str(adapter), "--baseline", str(base), "--json"])
         vs = json.loads(ev.stdout)["vs_baseline"]
         assert row["gm_difference"] == vs["gm_difference"] and row["skill_differences"] == vs["skill_differences"]
+        trained_eval = json.loads(ev.stdout)
+        assert row["trained"] == {k: trained_eval[k] for k in ("gm", "am", "by_skill")}
     deltas = [r["gm_difference"]["delta"] for r in result["per_seed"]]
     assert len(set(deltas)) == 3  # the adapter changes the images, differently per seed
-    summary = result["summary"]["gm"]
+    summary = result["over_seeds"]["gm"]
     assert summary["delta"] == pytest.approx(statistics.mean(deltas), abs=1e-12)
     assert summary["se"] == pytest.approx(statistics.stdev(deltas) / 3 ** 0.5, abs=1e-12)
     assert summary["n"] == 3 and summary["z"] == pytest.approx(summary["delta"] / summary["se"])
@@ -166,7 +178,7 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
     same = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--base-adapter", str(adapter),
                                     "--seeds", "3,4", "--json"])
     assert same.exit_code == 0, same.output
-    assert json.loads(same.stdout)["summary"]["gm"] == {"delta": 0.0, "se": 0.0, "n": 2, "z": 0.0}
+    assert json.loads(same.stdout)["over_seeds"]["gm"] == {"delta": 0.0, "se": 0.0, "n": 2, "z": 0.0}
     one = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "7"])
     assert one.exit_code == 2 and "at least two distinct seeds" in one.output
 

@@ -4,9 +4,11 @@ gains and the gain ratio against hand computations, undefined ratios, plan refus
 import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 
+from cast_core.comparison import LAYOUT, compare_evaluations
 from cast_core.config import ConfigError
 from cast_shapes.bench import FULL_SHARED, METHODS, QUICK_METHODS, _check_plan, format_table, overrides_for, plan
 from cast_shapes.bench_plot import plot_gains
@@ -15,9 +17,9 @@ from cast_shapes.bench_stats import gain_ratio, method_gain, ratio_cell, ratio_t
 
 def fake_run(method, seed, deltas, skill=None):
     """A result.json with these paired GM differences at evaluation seeds 0..n-1."""
-    rows = [{"eval_seed": i, "gm_difference": {"delta": d, "se": 0.01},
+    rows = [{"seed": i, "gm_difference": {"delta": d, "se": 0.01},
              "skill_differences": {"object": {"delta": (skill or deltas)[i], "se": 0.01}}} for i, d in enumerate(deltas)]
-    return {"method": method, "seed": seed, "train_wall_s": 60.0, "per_eval_seed": rows}
+    return {"method": method, "training_seed": seed, "train_wall_s": 60.0, "per_seed": rows}
 
 
 def test_budgets_and_what_each_method_changes():
@@ -56,8 +58,8 @@ def test_gain_ratio_point_interval_and_undefined():
     cast = [fake_run("cast", s, [0.040 + 0.002 * s, 0.044, 0.038, 0.042]) for s in range(3)]
     fg = [fake_run("flow-grpo", s, [0.020 + 0.001 * s, 0.021, 0.019, 0.020]) for s in range(3)]
     r = gain_ratio(cast, fg, "gm")
-    num = statistics.fmean(statistics.fmean(c["gm_difference"]["delta"] for c in run["per_eval_seed"]) for run in cast)
-    den = statistics.fmean(statistics.fmean(c["gm_difference"]["delta"] for c in run["per_eval_seed"]) for run in fg)
+    num = statistics.fmean(statistics.fmean(c["gm_difference"]["delta"] for c in run["per_seed"]) for run in cast)
+    den = statistics.fmean(statistics.fmean(c["gm_difference"]["delta"] for c in run["per_seed"]) for run in fg)
     assert r["ratio"] == pytest.approx(num / den)
     assert r["ci"][0] < r["ratio"] < r["ci"][1] and r["den_not_positive_share"] == 0
     assert gain_ratio(cast, fg, "gm") == r  # seeded: the same interval every time
@@ -132,12 +134,74 @@ def test_one_run_end_to_end_records_its_machine_and_is_never_redone(tmp_path):
     result = run_one("cast", 0, p, tmp_path, log=lambda line: None)
     assert result["machine"] == {"torch": torch.__version__, "threads": torch.get_num_threads(),
                                  "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    (row,) = result["per_eval_seed"]
-    assert row["gm_difference"]["delta"] == pytest.approx(row["gm"] - row["base_gm"])
+    (row,) = result["per_seed"]
+    assert row["gm_difference"]["delta"] == pytest.approx(row["trained"]["gm"] - row["base"]["gm"])
     assert json.loads((tmp_path / "runs" / "cast-s0" / "result.json").read_text()) == result
+    # the comparison layout of run_dir.py, made from the cached evaluations, and the run's own keys beside it
+    evals = [json.loads(f.read_text()) for f in (tmp_path / "base" / "eval-seed-0.json",
+                                                 tmp_path / "runs" / "cast-s0" / "eval" / "seed-0.json")]
+    meta = {"method": "cast", "training_seed": 0, "training_images": 4, "train_wall_s": result["train_wall_s"],
+            "checkpoint": "step-00001", "machine": result["machine"]}
+    assert result == {**compare_evaluations([0], evals[:1], evals[1:]), **meta} and result["layout"] == LAYOUT
     (tmp_path / "base" / "eval-seed-0.json").unlink()  # a finished run reads result.json, evaluates nothing
     assert run_one("cast", 0, p, tmp_path, log=lambda line: None) == result
     assert not (tmp_path / "base" / "eval-seed-0.json").exists()
+
+
+def old_result(method, seed, rows):
+    """A result.json as the bench wrote it before the comparison layout."""
+    return {"method": method, "seed": seed, "images": 12_800, "train_wall_s": 60.0, "checkpoint": "step-00400",
+            "per_eval_seed": rows}
+
+
+def test_a_result_json_from_before_the_layout_is_read_in_the_layout(tmp_path):
+    from cast_shapes.bench import run_one
+
+    def row(seed, base_gm, gm, delta, obj):
+        return {"eval_seed": seed, "base_gm": base_gm, "gm": gm, "am": 0.5, "by_skill": {"object": 0.75},
+                "gm_difference": {"delta": delta, "se": 0.01, "z": delta / 0.01, "prompts": 192},
+                "skill_differences": {"object": {"delta": obj, "se": 0.02, "z": obj / 0.02, "prompts": 192}}}
+
+    rows = [row(0, 0.25, 0.375, 0.125, 0.25), row(1, 0.5, 0.5, 0.0, 0.5)]
+    (tmp_path / "runs" / "cast-s1").mkdir(parents=True)
+    (tmp_path / "runs" / "cast-s1" / "result.json").write_text(json.dumps(old_result("cast", 1, rows)))
+    result = run_one("cast", 1, plan(quick=False), tmp_path, log=lambda line: None)  # read, never trained
+    assert result == {
+        "layout": LAYOUT, "seeds": [0, 1], "prompts": 192, "images_per_prompt": 2,
+        "per_seed": [{"seed": r["eval_seed"], "base": {"gm": r["base_gm"], "am": None, "by_skill": None},
+                      "trained": {"gm": r["gm"], "am": 0.5, "by_skill": {"object": 0.75}},
+                      "gm_difference": r["gm_difference"], "skill_differences": r["skill_differences"]} for r in rows],
+        "pooled": None,  # the old rows kept no per-prompt numbers to pool
+        "over_seeds": {"base_gm": 0.375, "trained_gm": 0.4375,
+                       "gm": {"delta": 0.0625, "se": 0.0625, "n": 2, "z": 1.0},
+                       "skills": {"object": {"delta": 0.375, "se": 0.125, "n": 2, "z": 3.0}}},
+        "method": "cast", "training_seed": 1, "training_images": 12_800, "train_wall_s": 60.0,
+        "checkpoint": "step-00400"}
+    assert method_gain([result], "gm")["per_run"] == [0.0625] and method_gain([result], "object")["gain"] == 0.375
+
+
+COMMITTED = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+
+
+@pytest.mark.skipif(not (COMMITTED / "bench-12800-runs").is_dir(), reason="the repository's committed bench results")
+def test_the_committed_bench_resumes_and_summarises_as_it_did(tmp_path):
+    """bench-12800-runs/ holds result.json files from before the layout: a bench directory made of
+    them resumes without training and writes the numbers of bench-12800-window.json again."""
+    import shutil
+
+    from cast_shapes.bench import run_bench
+
+    before = json.loads((COMMITTED / "bench-12800-window.json").read_text())
+    shutil.copy(COMMITTED / "bench-12800-runs" / "plan.json", tmp_path / "plan.json")
+    for method in before["methods"]:
+        for seed in before["seeds"]:
+            (tmp_path / "runs" / f"{method}-s{seed}").mkdir(parents=True)
+            shutil.copy(COMMITTED / "bench-12800-runs" / f"{method}-s{seed}.json",
+                        tmp_path / "runs" / f"{method}-s{seed}" / "result.json")
+    lines = []
+    run_bench(tmp_path, plan(quick=False, methods=tuple(before["methods"])), log=lines.append)
+    assert all("(finished earlier)" in line for line in lines)
+    assert json.loads((tmp_path / "bench.json").read_text()) == before
 
 
 def test_a_second_plan_is_refused_but_more_methods_and_seeds_are_not(tmp_path):

@@ -34,6 +34,7 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     """`cast shapes demo`, the main job, on a toy budget: one training step, three held-out prompts."""
     from click.testing import CliRunner
 
+    from cast_core.comparison import LAYOUT
     from cast_core.precision import bf16_is_fast
     from cast_shapes.commands import demo_command
 
@@ -49,7 +50,16 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     comparison = json.loads((run / "comparison.json").read_text())
     base, trained = (json.loads((run / f"eval-{n}.json").read_text()) for n in ("base", "trained"))
     assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 12  # 2 seeds x 3 prompts x 2
-    gm = comparison["gm_difference"]
+    # the comparison layout of run_dir.py (compare_evaluations), and the demo's own keys beside it
+    assert comparison["layout"] == LAYOUT and set(comparison) == {
+        "layout", "seeds", "prompts", "images_per_prompt", "per_seed", "pooled", "over_seeds",
+        "evaluations", "suite", "adapter"}
+    assert (comparison["prompts"], comparison["images_per_prompt"], comparison["suite"]) == (3, 2, "heldout-test")
+    row_keys = {"seed", "base", "trained", "gm_difference", "skill_differences"}
+    assert all(set(r) == row_keys for r in comparison["per_seed"])
+    for name, pooled in (("base", base), ("trained", trained)):  # eval-*.json pools the seeds as the comparison does
+        assert comparison["pooled"][name] == {k: pooled[k] for k in ("gm", "am", "by_skill")}
+    gm = comparison["pooled"]["gm_difference"]
     assert gm["prompts"] == 3 and gm["delta"] == pytest.approx(trained["gm"] - base["gm"], abs=1e-12)
     # pooling equal-size seeds: the pooled difference is the mean of the per-seed ones
     rows = comparison["per_seed"]
@@ -57,11 +67,11 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert gm["delta"] == pytest.approx(sum(r["gm_difference"]["delta"] for r in rows) / 2, abs=1e-12)
     assert "per evaluation seed: 0: " in out.output
     deltas = [r["gm_difference"]["delta"] for r in rows]
-    over = comparison["over_seeds"]
+    over = comparison["over_seeds"]["gm"]
     assert over["n"] == 2 and over["delta"] == pytest.approx(sum(deltas) / 2, abs=1e-12)
     assert over["se"] == pytest.approx(abs(deltas[0] - deltas[1]) / 2, abs=1e-12)  # sd/√2 of two values
     assert f"mean over the 2 seeds {over['delta']:+.3f} ± {over['se']:.3f} (s.e. over seeds)" in out.output
-    assert set(comparison["skill_differences"]) <= set(base["by_skill"])
+    assert set(comparison["pooled"]["skill_differences"]) <= set(base["by_skill"])
     assert "paired GM difference" in out.output and "by skill" in out.output
     adapter = run / "checkpoints" / "step-00001" / "adapter"
     assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-test --seeds 6-25" in out.output

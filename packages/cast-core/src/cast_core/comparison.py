@@ -16,11 +16,20 @@ from typing import Any, Callable, Sequence
 
 from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences, paired_stats
 
-__all__ = ["evaluate_over_seeds", "compare_over_seeds", "summarise_seeds", "pool_evaluations"]
+__all__ = ["LAYOUT", "evaluate_over_seeds", "compare_evaluations", "compare_over_seeds", "summarise_seeds",
+           "pool_evaluations"]
+
+#: the ``layout`` key of every base-vs-trained comparison (documented in :mod:`cast_core.run_dir`)
+LAYOUT = "cast-comparison/1"
 
 
 def _brief(result: dict[str, Any]) -> dict[str, Any]:
     return {"gm": result["gm"], "am": result["am"], "by_skill": result["by_skill"]}
+
+
+def _paired(base: dict[str, Any], trained: dict[str, Any]) -> dict[str, Any]:
+    return {"base": _brief(base), "trained": _brief(trained), "gm_difference": paired_difference(base, trained),
+            "skill_differences": paired_skill_differences(base, trained)}
 
 
 def evaluate_over_seeds(policy, prompts: Sequence[str], scorer, decomposer, *, seeds: Sequence[int],
@@ -37,12 +46,34 @@ def evaluate_over_seeds(policy, prompts: Sequence[str], scorer, decomposer, *, s
     return out
 
 
+def compare_evaluations(seeds: Sequence[int], base: Sequence[dict[str, Any]],
+                        trained: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The one record of base vs trained that the demo (``comparison.json``), the bench (each
+    run's ``result.json``) and ``cast compare`` write and the report reads, from one
+    :func:`~cast_core.evaluation.evaluate` result per seed of each model (same prompts, same
+    seed at the same position). Why one: three layouts of the same numbers let a reader quote a
+    per-seed difference from one and a pooled one from another without noticing. The layout
+    (``LAYOUT``) is documented in :mod:`cast_core.run_dir`; ``over_seeds`` is None with one seed,
+    which has no spread over seeds to report."""
+    seeds = [int(s) for s in seeds]
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"a comparison needs distinct evaluation seeds, got {seeds}")
+    if len(base) != len(seeds) or len(trained) != len(seeds):
+        raise ValueError(f"one evaluation per seed of each model: {len(seeds)} seeds, "
+                         f"{len(base)} base and {len(trained)} trained evaluations")
+    rows = [{"seed": seed, **_paired(b, t)} for seed, b, t in zip(seeds, base, trained)]
+    first = base[0]
+    return {"layout": LAYOUT, "seeds": seeds, "prompts": first["prompts"],
+            "images_per_prompt": first["images"] // first["prompts"], "per_seed": rows,
+            "pooled": _paired(pool_evaluations(base), pool_evaluations(trained)),
+            "over_seeds": summarise_seeds(rows) if len(rows) > 1 else None}
+
+
 def compare_over_seeds(before, after, prompts: Sequence[str], scorer, decomposer, *, seeds: Sequence[int],
                        images_per_prompt: int = 4, num_steps: int = 10,
                        progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Evaluate ``before`` and ``after`` (two policies) with every seed in ``seeds``, each seed's
-    pair on the same noise. ``{"seeds", "per_seed": [{"seed", "before", "after", "gm_difference",
-    "skill_differences"}], "summary"}`` with the summary of :func:`summarise_seeds`.
+    """Evaluate ``before`` (the base) and ``after`` (the trained policy) with every seed in
+    ``seeds``, each seed's pair on the same noise: :func:`compare_evaluations` of the results.
     ``progress(done, total)`` counts images over both models and all seeds."""
     seeds = [int(s) for s in seeds]
     if len(seeds) < 2 or len(set(seeds)) != len(seeds):
@@ -52,15 +83,12 @@ def compare_over_seeds(before, after, prompts: Sequence[str], scorer, decomposer
         tick = (lambda done, total, j=j: progress(j * total + done, 2 * total)) if progress else None
         runs.append(evaluate_over_seeds(policy, prompts, scorer, decomposer, seeds=seeds,
                                         images_per_prompt=images_per_prompt, num_steps=num_steps, progress=tick))
-    rows = [{"seed": seed, "before": _brief(b), "after": _brief(a), "gm_difference": paired_difference(b, a),
-             "skill_differences": paired_skill_differences(b, a)} for seed, b, a in zip(seeds, *runs)]
-    return {"seeds": seeds, "images_per_prompt": images_per_prompt, "prompts": len(prompts),
-            "per_seed": rows, "summary": summarise_seeds(rows)}
+    return compare_evaluations(seeds, *runs)
 
 
 def summarise_seeds(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean over seeds of the per-seed paired differences, overall (``gm``) and per skill, each
-    ``{"delta", "se", "n", "z"}`` with the standard error over seeds; ``before_gm``/``after_gm``
+    ``{"delta", "se", "n", "z"}`` with the standard error over seeds; ``base_gm``/``trained_gm``
     are the models' mean GM. A skill counts only where every seed measured it."""
     if len(rows) < 2:
         raise ValueError(f"a standard error over seeds needs at least two seeds, got {len(rows)}")
@@ -70,8 +98,8 @@ def summarise_seeds(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             skills[skill].append(d["delta"])
     n = len(rows)
     return {
-        "before_gm": sum(r["before"]["gm"] for r in rows) / n,
-        "after_gm": sum(r["after"]["gm"] for r in rows) / n,
+        "base_gm": sum(r["base"]["gm"] for r in rows) / n,
+        "trained_gm": sum(r["trained"]["gm"] for r in rows) / n,
         "gm": paired_stats([r["gm_difference"]["delta"] for r in rows]),
         "skills": {k: paired_stats(v) for k, v in sorted(skills.items()) if len(v) == n},
     }

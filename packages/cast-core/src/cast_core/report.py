@@ -76,9 +76,58 @@ def _skill_table(diffs: dict) -> str:
     return f"<table><tr><th>skill</th><th>difference</th><th>prompts</th><th>z</th><th>verdict</th></tr>{rows}</table>"
 
 
+def _upgrade_comparison(comparison: dict) -> dict | None:
+    """``comparison.json`` in :data:`cast_core.comparison.LAYOUT`, or None for a layout this
+    version does not know. A demo run from before the layout had a name (pooled difference at the
+    top, per seed only its GM difference) becomes the parts of the layout the report shows, so
+    its report can be rebuilt."""
+    from cast_core.comparison import LAYOUT
+
+    if comparison.get("layout") == LAYOUT:
+        return comparison
+    if "layout" in comparison or "gm_difference" not in comparison:
+        return None
+    over = comparison.get("over_seeds")
+    return {"seeds": comparison.get("seeds"), "per_seed": comparison.get("per_seed") or [],
+            "pooled": {"gm_difference": comparison["gm_difference"],
+                       "skill_differences": comparison.get("skill_differences") or {}},
+            "over_seeds": {"gm": over} if over else None}
+
+
+def _comparison_html(raw: dict, warn: Callable[[str], None] | None) -> str:
+    from cast_core.evaluation import paired_verdict
+
+    comparison = _upgrade_comparison(raw)
+    if comparison is None:
+        why = f"comparison.json has layout {raw.get('layout', 'unknown')!r}, which this version of cast cannot read"
+        if warn:
+            warn(why)
+        return f"<p>No paired difference shown: {html.escape(why)}.</p>"
+    pooled = comparison["pooled"]
+    d = pooled["gm_difference"]
+    seeds = comparison.get("seeds")
+    pooled_seeds = f", evaluation seeds {', '.join(map(str, seeds))} pooled" if seeds and len(seeds) > 1 else ""
+    parts = [f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
+             f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts{pooled_seeds}, z = {d['z']:.1f}): "
+             f"{paired_verdict(d['z'])}.</p>"]
+    if comparison["per_seed"]:
+        parts.append("<p>Per evaluation seed: " + ", ".join(
+            f"{r['seed']}: {r['gm_difference']['delta']:+.3f} ± {r['gm_difference']['se']:.3f}"
+            for r in comparison["per_seed"]) + "</p>")
+    if comparison["over_seeds"]:
+        o = comparison["over_seeds"]["gm"]
+        parts.append(f"<p>Mean over the {o['n']} seeds: {o['delta']:+.3f} ± {o['se']:.3f} (standard error "
+                     f"over seeds, z = {o['z']:.1f}): {paired_verdict(o['z'])}.</p>")
+    if pooled["skill_differences"]:
+        parts.append("<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
+                     + _skill_table(pooled["skill_differences"]))
+    return "".join(parts)
+
+
 def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
-    """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json and grid PNGs
-    (``warn`` hears about unreadable metric lines, which are skipped)."""
+    """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json, comparison.json
+    and grid PNGs (``warn`` hears about unreadable metric lines, which are skipped, and about a
+    comparison.json whose layout it cannot read)."""
     run = Path(run_dir)
     from cast_core.run_dir import read_metrics
 
@@ -91,27 +140,7 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
         suite = next(iter(evals.values())).get("suite", "")
         parts.append(f"<h2>Evaluation on {html.escape(str(suite))}</h2>" + _eval_table(evals))
         if (run / "comparison.json").exists():
-            from cast_core.evaluation import paired_verdict
-
-            comparison = json.loads((run / "comparison.json").read_text())
-            d = comparison["gm_difference"]
-            verdict = paired_verdict(d["z"])
-            seeds = comparison.get("seeds")
-            pooled = f", evaluation seeds {', '.join(map(str, seeds))} pooled" if seeds and len(seeds) > 1 else ""
-            parts.append(f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
-                         f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts{pooled}, z = {d['z']:.1f}): "
-                         f"{verdict}.</p>")
-            if comparison.get("per_seed"):
-                parts.append("<p>Per evaluation seed: " + ", ".join(
-                    f"{r['seed']}: {r['gm_difference']['delta']:+.3f} ± {r['gm_difference']['se']:.3f}"
-                    for r in comparison["per_seed"]) + "</p>")
-            if comparison.get("over_seeds"):
-                o = comparison["over_seeds"]
-                parts.append(f"<p>Mean over the {o['n']} seeds: {o['delta']:+.3f} ± {o['se']:.3f} (standard error "
-                             f"over seeds, z = {o['z']:.1f}): {paired_verdict(o['z'])}.</p>")
-            if comparison.get("skill_differences"):
-                parts.append("<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
-                             + _skill_table(comparison["skill_differences"]))
+            parts.append(_comparison_html(json.loads((run / "comparison.json").read_text()), warn))
     grids = sorted(run.glob("grid-*.png"))
     if grids:
         parts.append("<h2>Before / after (same prompts, same seeds; + pass, − fail per atom)</h2>")

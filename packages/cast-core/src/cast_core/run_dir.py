@@ -9,6 +9,37 @@ A run's outputs cost GPU-days, so the directory defends them: a fresh run refuse
 directory (checkpoint rotation in a reused one would delete the other run's files), one process
 at a time holds ``.lock`` (a second ``cast train`` on the same run gets one line, not a second
 writer), and metrics are read tolerantly (a line torn by a crash is skipped with a warning).
+
+``comparison.json`` (written by ``cast shapes demo``, read by :mod:`cast_core.report`) holds base
+vs trained at several evaluation seeds. The bench's ``result.json`` and ``cast compare --out`` /
+``--json`` hold the same comparison in the same layout, so that a number quoted from one means
+the same in the others; :func:`cast_core.comparison.compare_evaluations` makes it from one
+``evaluate()`` result per seed and model::
+
+    {"layout": "cast-comparison/1",
+     "seeds": [0, 1, ...],                  # evaluation seeds: each draws the same noise for both models
+     "prompts": N, "images_per_prompt": K,  # per seed and model
+     "per_seed": [{"seed": 0,
+                   "base": {"gm", "am", "by_skill": {skill: am}},
+                   "trained": {"gm", "am", "by_skill"},
+                   "gm_difference": {"delta", "se", "prompts", "z"},      # trained - base, s.e. over prompts
+                   "skill_differences": {skill: {"delta", "se", "prompts", "z"}}}, ...],
+     "pooled": {"base", "trained", "gm_difference", "skill_differences"},  # the seeds pooled, then paired
+     "over_seeds": {"base_gm", "trained_gm",                             # mean over seeds
+                    "gm": {"delta", "se", "n", "z"},                     # s.e. over seeds
+                    "skills": {skill: {"delta", "se", "n", "z"}}},       # skills every seed measured
+     ...}                                                                # the writer's own keys
+
+``over_seeds`` is null with one seed. ``pooled`` pairs :func:`~cast_core.comparison.pool_evaluations`
+of each model's seeds, so its standard error is over prompts with every seed's images; the
+number to quote is ``over_seeds.gm``, whose standard error also covers how much the seed moves
+the difference. Each writer adds keys beside these: the demo ``evaluations`` (its
+``eval-*.json``), ``suite`` and ``adapter``; the bench its run's ``method``, ``training_seed``,
+``training_images``, ``train_wall_s``, ``checkpoint`` and ``machine``; ``cast compare`` ``policy``,
+``adapter``, ``base_adapter``, ``suite``, ``steps`` and ``prompts_digest``. A new layout gets a new
+``layout`` value; a file without the key predates this one: the report still reads the demo's,
+and the bench converts its own result.json on reading, with null where the old rows held nothing
+(``pooled``, the base's ``am`` and ``by_skill``).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ was chosen on ``heldout-hard``, the validation suite. ``--quick`` is a smoke run
 
 Resumable at every level: each (method, training seed) run is a training run directory that
 ``Trainer(resume=True)`` continues from its last checkpoint; each evaluation seed's result is
-its own file; a finished run (``result.json``) is never redone. ``plan.json`` records what the
-numbers depend on, and a second invocation with a different plan into the same directory is
-refused instead of mixing two benches.
+its own file; a finished run (``result.json``, in the comparison layout of :mod:`cast_core.run_dir`)
+is never redone. ``plan.json`` records what the numbers depend on, and a second invocation with a
+different plan into the same directory is refused instead of mixing two benches.
 """
 
 from __future__ import annotations
@@ -145,12 +145,26 @@ def _evaluate_cached(path: Path, adapter: Path | None, plan_: BenchPlan, eval_se
     return result
 
 
-def _row(eval_seed: int, base: dict, trained: dict) -> dict:
-    from cast_core.evaluation import paired_difference, paired_skill_differences
+def read_result(path: Path, plan_: BenchPlan) -> dict:
+    """A finished run's ``result.json`` in the comparison layout (:mod:`cast_core.run_dir`). One
+    written before that layout (``per_eval_seed`` rows of ``eval_seed``, ``base_gm`` and the
+    trained model's numbers; the committed ``benchmarks/results/bench-*-runs/`` among them) is
+    converted, so that its bench directory resumes and summarises as it did: each row's paired
+    differences are kept as written, ``over_seeds`` is recomputed from them, and what the old
+    rows never held (the base's AM and skills, the pooled comparison) is null."""
+    from cast_core.comparison import LAYOUT, summarise_seeds
 
-    return {"eval_seed": eval_seed, "base_gm": base["gm"], "gm": trained["gm"], "am": trained["am"],
-            "by_skill": trained["by_skill"], "gm_difference": paired_difference(base, trained),
-            "skill_differences": paired_skill_differences(base, trained)}
+    result = json.loads(path.read_text())
+    if "layout" in result:
+        return result
+    rows = [{"seed": r["eval_seed"], "base": {"gm": r["base_gm"], "am": None, "by_skill": None},
+             "trained": {"gm": r["gm"], "am": r["am"], "by_skill": r["by_skill"]},
+             "gm_difference": r["gm_difference"], "skill_differences": r["skill_differences"]}
+            for r in result.pop("per_eval_seed")]
+    meta = {"training_seed": result.pop("seed"), "training_images": result.pop("images"), **result}
+    return {"layout": LAYOUT, "seeds": [r["seed"] for r in rows], "prompts": rows[0]["gm_difference"]["prompts"],
+            "images_per_prompt": plan_.images_per_prompt, "per_seed": rows, "pooled": None,
+            "over_seeds": summarise_seeds(rows) if len(rows) > 1 else None, **meta}
 
 
 def machine() -> dict:
@@ -171,12 +185,13 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
     """Train one (method, training seed) run and evaluate its final adapter at every evaluation
     seed, paired with the base; cached in ``result.json``."""
     from cast_core.checkpoints import latest_checkpoint, step_of
+    from cast_core.comparison import compare_evaluations
     from cast_core.trainer import Trainer
 
     run = _run_dir(root, method, seed)
     done = run / "result.json"
     if done.exists():
-        return json.loads(done.read_text())
+        return read_result(done, plan_)
     cfg = _build_config(method, seed, plan_)
     started = time.time()
     every = max(1, plan_.steps // 8)
@@ -191,16 +206,16 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
     if ckpt is None or step_of(ckpt) != plan_.steps:
         raise RuntimeError(f"{run}: training stopped before step {plan_.steps} (latest checkpoint {ckpt}); run the bench again")
     train_s = time.time() - started
-    rows = []
-    for s in plan_.eval_seeds:
-        base = _evaluate_cached(root / "base" / f"eval-seed-{s}.json", None, plan_, s, cfg)
-        trained = _evaluate_cached(run / "eval" / f"seed-{s}.json", ckpt / "adapter", plan_, s, cfg)
-        rows.append(_row(s, base, trained))
-    result = {"method": method, "seed": seed, "images": plan_.images_per_run, "train_wall_s": train_s,
-              "checkpoint": ckpt.name, "machine": machine(), "per_eval_seed": rows}
+    base = [_evaluate_cached(root / "base" / f"eval-seed-{s}.json", None, plan_, s, cfg) for s in plan_.eval_seeds]
+    trained = [_evaluate_cached(run / "eval" / f"seed-{s}.json", ckpt / "adapter", plan_, s, cfg)
+               for s in plan_.eval_seeds]
+    result = {**compare_evaluations(plan_.eval_seeds, base, trained), "method": method, "training_seed": seed,
+              "training_images": plan_.images_per_run, "train_wall_s": train_s, "checkpoint": ckpt.name,
+              "machine": machine()}
     tmp = done.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(done)
+    rows = result["per_seed"]
     mean = sum(r["gm_difference"]["delta"] for r in rows) / len(rows)
     log(f"  {method} seed {seed}: paired GM gain {mean:+.4f} over {len(rows)} evaluation seeds")
     return result

@@ -29,7 +29,7 @@ BOOTSTRAP_DRAWS = 2000
 def cells(run: dict, metric: str) -> list[float] | None:
     """A run's paired differences at each evaluation seed for ``metric`` (``gm`` or a skill)."""
     out = []
-    for row in run["per_eval_seed"]:
+    for row in run["per_seed"]:
         d = row["gm_difference"] if metric == "gm" else row["skill_differences"].get(metric)
         if d is None:
             return None

@@ -169,10 +169,9 @@ def demo_command(steps, minutes, out, images_per_prompt, eval_prompts, eval_seed
     from cast_core.config import build_config
     from cast_core.progress import progress_bar
     from cast_core.seeding import parse_seed_list
-    from cast_core.comparison import evaluate_over_seeds, pool_evaluations
+    from cast_core.comparison import compare_evaluations, evaluate_over_seeds, pool_evaluations
     from cast_core.config import parse_set
-    from cast_core.evaluation import (difference_line, paired_difference, paired_skill_differences,
-                                      paired_stats, paired_verdict, verdict_grid)
+    from cast_core.evaluation import difference_line, paired_verdict, verdict_grid
     from cast_core.precision import bf16_is_fast
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy
     from cast_core.report import write_report
@@ -217,14 +216,13 @@ def demo_command(steps, minutes, out, images_per_prompt, eval_prompts, eval_seed
                                                             "seeds": seeds}
         (run / f"eval-{name}.json").write_text(json.dumps(results[name], indent=2))
         verdict_grid(policy, prompts[:6], judge, dec, images_per_prompt=6, num_steps=cfg.num_steps).save(run / f"grid-{name}.png")
-    b, t = results["base"], results["trained"]
-    diff, by_skill = paired_difference(b, t), paired_skill_differences(b, t)
-    seed_rows = [{"seed": seed, "gm_difference": paired_difference(x, y)}
-                 for seed, x, y in zip(seeds, per_seed["base"], per_seed["trained"])]
-    over_seeds = paired_stats([r["gm_difference"]["delta"] for r in seed_rows]) if len(seeds) > 1 else None
-    (run / "comparison.json").write_text(json.dumps({"base": "eval-base.json", "trained": "eval-trained.json",
-                                                     "seeds": seeds, "gm_difference": diff, "skill_differences": by_skill,
-                                                     "per_seed": seed_rows, "over_seeds": over_seeds}, indent=2))
+    comparison = compare_evaluations(seeds, per_seed["base"], per_seed["trained"])
+    comparison.update({"evaluations": {"base": "eval-base.json", "trained": "eval-trained.json"}, "suite": DEMO_SUITE,
+                       "adapter": str(adapter)})
+    (run / "comparison.json").write_text(json.dumps(comparison, indent=2))
+    pooled, over = comparison["pooled"], comparison["over_seeds"]
+    b, t, diff = pooled["base"], pooled["trained"], pooled["gm_difference"]
+    over_seeds = over["gm"] if over else None
     report = write_report(run)
     budget_ended = bool(cfg.max_minutes) and trainer.step < cfg.steps
     why = ("the --minutes budget, not the recipe, set this length: another machine trains another run"
@@ -232,7 +230,7 @@ def demo_command(steps, minutes, out, images_per_prompt, eval_prompts, eval_seed
     click.echo(f"trained {trainer.step} steps ({trainer.counters['images_sampled']} images; {why})")
     click.echo(f"{DEMO_SUITE} prompts: GM {b['gm']:.3f} -> {t['gm']:.3f}, AM {b['am']:.3f} -> {t['am']:.3f}")
     click.echo("  paired GM difference per evaluation seed: "
-               + ", ".join(f"{r['seed']}: {r['gm_difference']['delta']:+.3f}" for r in seed_rows))
+               + ", ".join(f"{r['seed']}: {r['gm_difference']['delta']:+.3f}" for r in comparison["per_seed"]))
     if over_seeds:
         click.echo(f"  mean over the {len(seeds)} seeds {over_seeds['delta']:+.3f} ± {over_seeds['se']:.3f} "
                    f"(s.e. over seeds): {paired_verdict(over_seeds['z'])}")
@@ -244,7 +242,7 @@ def demo_command(steps, minutes, out, images_per_prompt, eval_prompts, eval_seed
         click.echo(f"  paired GM difference {diff['delta']:+.3f} ± {diff['se']:.3f} over {diff['prompts']} prompts, one "
                    "seed: one seed's error does not cover the seed's own effect; use --eval-seeds 0-9")
     click.echo("by skill (mean atom score, trained - base, paired, pooled over seeds):")
-    for skill, d in by_skill.items():
+    for skill, d in pooled["skill_differences"].items():
         click.echo("  " + difference_line(skill, d))
     click.echo(f"report: {report}")
     fresh = f"{max(seeds) + 1}-{max(seeds) + 20}"

@@ -71,9 +71,9 @@ def compare_command(policy, adapter, base_adapter, suite, prompt_file, images_pe
     click.echo(f"{'seed':>6}  {'base GM':>8}  {'trained GM':>10}  paired GM difference (± s.e. over prompts)")
     for row in result["per_seed"]:
         d = row["gm_difference"]
-        click.echo(f"{row['seed']:>6}  {row['before']['gm']:8.3f}  {row['after']['gm']:10.3f}  "
+        click.echo(f"{row['seed']:>6}  {row['base']['gm']:8.3f}  {row['trained']['gm']:10.3f}  "
                    f"{d['delta']:+.3f} ± {d['se']:.3f}")
-    s = result["summary"]
-    click.echo(f"mean over {len(seeds)} seeds: GM {s['before_gm']:.3f} -> {s['after_gm']:.3f}, "
+    s = result["over_seeds"]
+    click.echo(f"mean over {len(seeds)} seeds: GM {s['base_gm']:.3f} -> {s['trained_gm']:.3f}, "
                f"{s['gm']['delta']:+.3f} ± {s['gm']['se']:.3f} (s.e. over seeds): {paired_verdict(s['gm']['z'])}")
     click.echo("  by skill: " + "  ".join(f"{k} {d['delta']:+.3f} ± {d['se']:.3f}" for k, d in s["skills"].items()))
