@@ -8,7 +8,7 @@ EXAMPLES := examples/cast-plugin-example
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -m "not slow"
 
-.PHONY: install test test-slow mutate demo bench clean
+.PHONY: install test test-slow lint format mutate demo bench clean
 
 # Idempotent: re-runs pip only when a pyproject.toml (or this file) changed.
 install: $(STAMP)
@@ -24,6 +24,20 @@ test: install
 	@set -e; for p in $(PACKAGES) $(EXAMPLES); do \
 		echo "== $$p"; (cd $$p && $(PYTEST)); \
 	done; echo "== tests/ (cross-package)"; $(PYTEST) tests
+
+# ruff check + ruff format --check (ruff.toml: 120 columns). `make format` rewrites in place.
+RUFF_STAMP := $(VENV)/.ruff
+$(RUFF_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "ruff>=0.6"
+	touch $(RUFF_STAMP)
+
+lint: $(RUFF_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(RUFF_STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 # A package without slow tests may collect none (pytest's exit 5); the target fails when no
 # package ran any, so it can never pass on nothing.

@@ -49,8 +49,15 @@ def main() -> None:
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             for p in sample:
-                f.write(json.dumps({"prompt": p, "atoms": [{"id": x.id, "question": x.question, "sound": None}
-                                                          for x in graphs[p].atoms]}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "prompt": p,
+                            "atoms": [{"id": x.id, "question": x.question, "sound": None} for x in graphs[p].atoms],
+                        }
+                    )
+                    + "\n"
+                )
 
 
 if __name__ == "__main__":

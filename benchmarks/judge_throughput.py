@@ -62,8 +62,10 @@ def main() -> None:
             print(f"  {k:26s} {v['atoms_per_s']:8.1f} atoms/s  {v['speedup']:.2f}x one-per-call")
     results["remote"] = remote_overhead(model, processor, images, graphs, a.repeats)
     r = results["remote"]
-    print(f"remote (cast serve-scorer on 127.0.0.1) vs local, same judge and batch with heatmaps: "
-          f"local {r['local_s'] * 1e3:.0f} ms, remote {r['remote_s'] * 1e3:.0f} ms, ratio {r['ratio']:.3f}")
+    print(
+        f"remote (cast serve-scorer on 127.0.0.1) vs local, same judge and batch with heatmaps: "
+        f"local {r['local_s'] * 1e3:.0f} ms, remote {r['remote_s'] * 1e3:.0f} ms, ratio {r['ratio']:.3f}"
+    )
     if a.json_path:
         with open(a.json_path, "w") as f:
             json.dump({"atoms": atoms, "images": a.images, "size": a.size, **results}, f, indent=2)
@@ -87,10 +89,25 @@ def remote_overhead(model, processor, images, graphs, repeats: int) -> dict:
         processor.save_pretrained(tmp)
         port = free_port()
         size = int(images.shape[-1]) ** 2
-        server = subprocess.Popen([sys.executable, "-c", "from cast_core.cli import main; main()", "serve-scorer",
-                                   "--scorer", "soft-tifa", "--port", str(port), "--set", f"scorer_kwargs.path={tmp}",
-                                   "--set", 'scorer_kwargs.device="cpu"', "--set", f"scorer_kwargs.max_pixels={size}"],
-                                  stderr=subprocess.DEVNULL)
+        server = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from cast_core.cli import main; main()",
+                "serve-scorer",
+                "--scorer",
+                "soft-tifa",
+                "--port",
+                str(port),
+                "--set",
+                f"scorer_kwargs.path={tmp}",
+                "--set",
+                'scorer_kwargs.device="cpu"',
+                "--set",
+                f"scorer_kwargs.max_pixels={size}",
+            ],
+            stderr=subprocess.DEVNULL,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(600):

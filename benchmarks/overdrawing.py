@@ -39,8 +39,9 @@ from collections import Counter
 CLIP = 3
 
 
-def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, seed: int, batch_size: int = 64,
-                  progress=None) -> dict:
+def count_objects(
+    policy, prompts, *, images_per_prompt: int, num_steps: int, seed: int, batch_size: int = 64, progress=None
+) -> dict:
     """Perceived objects, unclaimed objects and count errors, sampled as ``evaluate`` samples."""
     from cast_core.evaluation import eval_batches
     from cast_core.registry import get_atom_decomposer
@@ -52,8 +53,9 @@ def count_objects(policy, prompts, *, images_per_prompt: int, num_steps: int, se
     objects = unclaimed = entities = missing = 0
     coloured_members = offcolour_members = coloured_entities = offcolour_entities = 0
     errors: Counter[int] = Counter()
-    for start, chunk, images in eval_batches(policy, prompts, images_per_prompt=images_per_prompt,
-                                             num_steps=num_steps, seed=seed, batch_size=batch_size):
+    for start, chunk, images in eval_batches(
+        policy, prompts, images_per_prompt=images_per_prompt, num_steps=num_steps, seed=seed, batch_size=batch_size
+    ):
         for (_, prompt), dets in zip(chunk, detect(images.float().clamp(0, 1).cpu().numpy())):
             graph = decomposer.decompose(prompt)
             pool = pools(graph, dets)
@@ -106,21 +108,35 @@ def main(argv=None) -> int:
     from cast_shapes.suites import suite, suite_digest
 
     prompts = suite(args.suite)
-    out = {"suite": args.suite, "suite_sha256": suite_digest(args.suite), "images_per_prompt": args.images_per_prompt,
-           "steps": args.steps, "seed": args.seed, "models": {}}
+    out = {
+        "suite": args.suite,
+        "suite_sha256": suite_digest(args.suite),
+        "images_per_prompt": args.images_per_prompt,
+        "steps": args.steps,
+        "seed": args.seed,
+        "models": {},
+    }
     for name, adapter in runs.items():
         policy = get_policy("shapes")
         if adapter:
             policy.load_adapter(adapter)
-        row = count_objects(policy, prompts, images_per_prompt=args.images_per_prompt, num_steps=args.steps,
-                            seed=args.seed, progress=lambda d, n: print(f"\r{name}: {d}/{n}", end="", file=sys.stderr))
+        row = count_objects(
+            policy,
+            prompts,
+            images_per_prompt=args.images_per_prompt,
+            num_steps=args.steps,
+            seed=args.seed,
+            progress=lambda d, n: print(f"\r{name}: {d}/{n}", end="", file=sys.stderr),
+        )
         print(file=sys.stderr)
         out["models"][name] = {"adapter": adapter, **row}
         shares = row["count_error_share"]
-        print(f"{name:24s} objects/image {row['objects_per_image']:.2f}  unclaimed {row['unclaimed_per_image']:.2f}  "
-              f"entities missing {row['missing_entity_share']:.3f}  "
-              f"count surplus +1/+2/+3: {shares.get('1', 0):.2f}/{shares.get('2', 0):.2f}/{shares.get('3', 0):.2f}  "
-              f"off-colour members {row['offcolour_member_share']:.3f} (entities {row['offcolour_entity_share']:.3f})")
+        print(
+            f"{name:24s} objects/image {row['objects_per_image']:.2f}  unclaimed {row['unclaimed_per_image']:.2f}  "
+            f"entities missing {row['missing_entity_share']:.3f}  "
+            f"count surplus +1/+2/+3: {shares.get('1', 0):.2f}/{shares.get('2', 0):.2f}/{shares.get('3', 0):.2f}  "
+            f"off-colour members {row['offcolour_member_share']:.3f} (entities {row['offcolour_entity_share']:.3f})"
+        )
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump(out, fh, indent=1)

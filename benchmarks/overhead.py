@@ -55,8 +55,17 @@ def sampling(repeats: int, batch: int, steps: int) -> dict:
     plain, ours = [], []
     for _ in range(repeats):  # interleave
         plain += timed(lambda: ode_sample(policy.net, prompts, num_steps=steps, guidance=policy.guidance, seed=0), 1)
-        ours += timed(lambda: sample(policy, prompts, num_steps=steps, window=Window(0, steps), eta=0.7,
-                                     generator=torch.Generator().manual_seed(0)), 1)
+        ours += timed(
+            lambda: sample(
+                policy,
+                prompts,
+                num_steps=steps,
+                window=Window(0, steps),
+                eta=0.7,
+                generator=torch.Generator().manual_seed(0),
+            ),
+            1,
+        )
     p, o = statistics.median(plain), statistics.median(ours)
     return {"plain_ode_s": p, "sde_with_logprobs_s": o, "ratio": o / p, "target": 1.05}
 
@@ -65,10 +74,17 @@ def train_steps(repeats: int) -> dict:
     from cast_core.config import build_config
     from cast_core.trainer import Trainer
 
-    common = ["window=\"none\"", "window_start=0", "window_size=3", "prompts_per_step=2", "group_size=8",
-              "sample_every=0", "checkpoint_every=1000000"]
+    common = [
+        'window="none"',
+        "window_start=0",
+        "window_size=3",
+        "prompts_per_step=2",
+        "group_size=8",
+        "sample_every=0",
+        "checkpoint_every=1000000",
+    ]
     trainers = {}
-    for name, extra in (("flow-grpo", ["ratio_mode=\"sample\""]), ("cast", ["ratio_mode=\"position\""])):
+    for name, extra in (("flow-grpo", ['ratio_mode="sample"']), ("cast", ['ratio_mode="position"'])):
         projector = "scalar" if name == "flow-grpo" else "spatial"
         cfg = build_config(recipe="shapes", components={"projector": projector}, sets=common + extra, steps=1000)
         trainers[name] = Trainer(cfg, tempfile.mkdtemp(prefix=f"bench-{name}-"), log=lambda m: None)
@@ -81,9 +97,15 @@ def precision_steps(repeats: int) -> dict:
     from cast_core.config import build_config
     from cast_core.trainer import Trainer
 
-    common = ["window=\"fixed\"", "window_kwargs={start=2, size=2}", "sample_every=0", "checkpoint_every=1000000"]
-    trainers = {p: Trainer(build_config(recipe="shapes", sets=common + [f"precision=\"{p}\""], steps=1000),
-                           tempfile.mkdtemp(prefix=f"bench-{p}-"), log=lambda m: None) for p in ("no", "bf16")}
+    common = ['window="fixed"', "window_kwargs={start=2, size=2}", "sample_every=0", "checkpoint_every=1000000"]
+    trainers = {
+        p: Trainer(
+            build_config(recipe="shapes", sets=common + [f'precision="{p}"'], steps=1000),
+            tempfile.mkdtemp(prefix=f"bench-{p}-"),
+            log=lambda m: None,
+        )
+        for p in ("no", "bf16")
+    }
     times = median_step_times(trainers, repeats)
     f, b = times["no"], times["bf16"]
     images = trainers["no"].config.prompts_per_step * trainers["no"].config.group_size
@@ -96,14 +118,20 @@ def main() -> None:
     ap.add_argument("--json", dest="json_path")
     a = ap.parse_args()
     s = sampling(a.repeats, batch=32, steps=10)
-    print(f"sampling 32 images x 10 steps: plain ODE {s['plain_ode_s']:.3f} s, SDE + log-probs "
-          f"{s['sde_with_logprobs_s']:.3f} s, ratio {s['ratio']:.3f} (target <= {s['target']})")
+    print(
+        f"sampling 32 images x 10 steps: plain ODE {s['plain_ode_s']:.3f} s, SDE + log-probs "
+        f"{s['sde_with_logprobs_s']:.3f} s, ratio {s['ratio']:.3f} (target <= {s['target']})"
+    )
     t = train_steps(a.repeats)
-    print(f"training step (16 images, 3 window steps): flow-grpo {t['flow_grpo_step_s']:.3f} s, "
-          f"cast {t['cast_step_s']:.3f} s, ratio {t['ratio']:.3f} (target <= {t['target']})")
+    print(
+        f"training step (16 images, 3 window steps): flow-grpo {t['flow_grpo_step_s']:.3f} s, "
+        f"cast {t['cast_step_s']:.3f} s, ratio {t['ratio']:.3f} (target <= {t['target']})"
+    )
     p = precision_steps(a.repeats)
-    print(f"shapes training step ({p['images_per_step']} images, window 2-3 of 10): float32 {p['float32_step_s']:.3f} s, "
-          f"bf16 autocast {p['bf16_step_s']:.3f} s, speed-up {p['speedup']:.2f}x")
+    print(
+        f"shapes training step ({p['images_per_step']} images, window 2-3 of 10): float32 {p['float32_step_s']:.3f} s, "
+        f"bf16 autocast {p['bf16_step_s']:.3f} s, speed-up {p['speedup']:.2f}x"
+    )
     if a.json_path:
         with open(a.json_path, "w") as f:
             json.dump({"sampling": s, "train_step": t, "precision": p}, f, indent=2)

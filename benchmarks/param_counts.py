@@ -13,10 +13,15 @@ import json
 
 import torch
 
-FLUX = {"dev": {}, "klein-4b": dict(num_layers=5, num_single_layers=20, num_attention_heads=24,
-                                      joint_attention_dim=7680, guidance_embeds=False),
-        "klein-9b": dict(num_layers=8, num_single_layers=24, num_attention_heads=32, joint_attention_dim=12288,
-                         guidance_embeds=False)}
+FLUX = {
+    "dev": {},
+    "klein-4b": dict(
+        num_layers=5, num_single_layers=20, num_attention_heads=24, joint_attention_dim=7680, guidance_embeds=False
+    ),
+    "klein-9b": dict(
+        num_layers=8, num_single_layers=24, num_attention_heads=32, joint_attention_dim=12288, guidance_embeds=False
+    ),
+}
 
 
 def count(module) -> int:
@@ -31,7 +36,12 @@ def lora_count(transformer, targets) -> int:
 
 
 def main() -> None:
-    from diffusers import AutoencoderKLFlux2, AutoencoderKLQwenImage, Flux2Transformer2DModel, QwenImageTransformer2DModel
+    from diffusers import (
+        AutoencoderKLFlux2,
+        AutoencoderKLQwenImage,
+        Flux2Transformer2DModel,
+        QwenImageTransformer2DModel,
+    )
 
     from cast_backbones.lora import flux2_targets, qwen_image_targets
 

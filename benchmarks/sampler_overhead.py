@@ -66,40 +66,75 @@ def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, i
     extra = {"negative_prompt": [" "] * batch, "true_cfg_scale": 4.0} if name == "qwen-image" else {}
 
     def pipeline(p):
-        return lambda: p(prompt=prompts, num_inference_steps=steps, height=size[0], width=size[1], output_type="pt",
-                         generator=torch.Generator().manual_seed(0), **extra)
+        return lambda: p(
+            prompt=prompts,
+            num_inference_steps=steps,
+            height=size[0],
+            width=size[1],
+            output_type="pt",
+            generator=torch.Generator().manual_seed(0),
+            **extra,
+        )
 
     def ours(window):
         def run():
             policy._negative = None  # like for like: the pipeline encodes its negative prompt on every call
-            return sample(policy, prompts, num_steps=steps, image_size=size, window=window,
-                          generator=torch.Generator().manual_seed(0))
+            return sample(
+                policy,
+                prompts,
+                num_steps=steps,
+                image_size=size,
+                window=window,
+                generator=torch.Generator().manual_seed(0),
+            )
+
         return run
 
     with torch.no_grad():
-        t = interleaved({"pipeline_lora": pipeline(policy.pipe), "cast_ode": ours(None),
-                         "cast_sde_all_steps": ours(Window(0, steps)), "pipeline_bare": pipeline(bare)}, repeats)
+        t = interleaved(
+            {
+                "pipeline_lora": pipeline(policy.pipe),
+                "cast_ode": ours(None),
+                "cast_sde_all_steps": ours(Window(0, steps)),
+                "pipeline_bare": pipeline(bare),
+            },
+            repeats,
+        )
     return {
         **{f"{k}_s": v for k, v in t.items()},
-        "ode_ratio": t["cast_ode"] / t["pipeline_lora"], "target": 1.05,
+        "ode_ratio": t["cast_ode"] / t["pipeline_lora"],
+        "target": 1.05,
         "sde_extra_per_step_s": (t["cast_sde_all_steps"] - t["cast_ode"]) / steps,
         "sde_ratio": t["cast_sde_all_steps"] / t["cast_ode"],
         "lora_ratio": t["pipeline_lora"] / t["pipeline_bare"],
-        "batch": batch, "steps": steps, "size": list(size),
+        "batch": batch,
+        "steps": steps,
+        "size": list(size),
     }
 
 
 # real layer counts (diffusers' defaults for dev; scripts/convert_flux2_to_diffusers.py for klein)
 GPU_MODELS = {
-    "dev": {"num_layers": 8, "num_single_layers": 48, "num_attention_heads": 48, "joint_attention_dim": 15360,
-            "guidance_embeds": True},
-    "klein-4b": {"num_layers": 5, "num_single_layers": 20, "num_attention_heads": 24, "joint_attention_dim": 7680,
-                 "guidance_embeds": False},
+    "dev": {
+        "num_layers": 8,
+        "num_single_layers": 48,
+        "num_attention_heads": 48,
+        "joint_attention_dim": 15360,
+        "guidance_embeds": True,
+    },
+    "klein-4b": {
+        "num_layers": 5,
+        "num_single_layers": 20,
+        "num_attention_heads": 24,
+        "joint_attention_dim": 7680,
+        "guidance_embeds": False,
+    },
 }
 
 
-def training_step(model: str, device: str, size: int = 512, text_tokens: int = 512, batch: int = 1,
-                  scale: dict | None = None) -> dict:
+def training_step(
+    model: str, device: str, size: int = 512, text_tokens: int = 512, batch: int = 1, scale: dict | None = None
+) -> dict:
     """One forward + backward of a FLUX.2 transformer at real layer counts with a rank-64 LoRA
     on the DreamBooth targets, bf16 base, gradient checkpointing; ``scale`` overrides config
     entries (used to smoke-test this function on a CPU at toy width)."""
@@ -134,16 +169,29 @@ def training_step(model: str, device: str, size: int = 512, text_tokens: int = 5
     weights_gb = sum(p.numel() * p.element_size() for p in transformer.parameters()) / 1e9
     t = time.perf_counter()
     with torch.autocast(dev.type, dtype=torch.bfloat16):
-        v = transformer(hidden_states=x, timestep=torch.full((batch,), 0.7, device=dev), guidance=guidance,
-                        encoder_hidden_states=text, txt_ids=txt_ids[None].expand(batch, -1, -1),
-                        img_ids=img_ids[None].expand(batch, -1, -1), return_dict=False)[0]
+        v = transformer(
+            hidden_states=x,
+            timestep=torch.full((batch,), 0.7, device=dev),
+            guidance=guidance,
+            encoder_hidden_states=text,
+            txt_ids=txt_ids[None].expand(batch, -1, -1),
+            img_ids=img_ids[None].expand(batch, -1, -1),
+            return_dict=False,
+        )[0]
     v.float().square().mean().backward()
     if dev.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t
-    return {"model": model, "device": str(dev), "size": size, "batch": batch, "weights_gb": weights_gb,
-            "lora_params": sum(p.numel() for p in lora_parameters(transformer)), "step_s": seconds,
-            "peak_gb": torch.cuda.max_memory_allocated(dev) / 1e9 if dev.type == "cuda" else None}
+    return {
+        "model": model,
+        "device": str(dev),
+        "size": size,
+        "batch": batch,
+        "weights_gb": weights_gb,
+        "lora_params": sum(p.numel() for p in lora_parameters(transformer)),
+        "step_s": seconds,
+        "peak_gb": torch.cuda.max_memory_allocated(dev) / 1e9 if dev.type == "cuda" else None,
+    }
 
 
 def main() -> None:
@@ -160,14 +208,18 @@ def main() -> None:
     for name in ("flux2", "flux2-klein", "qwen-image"):
         r = backbone(name, a.repeats, a.batch, a.steps, (64, 64))
         results[name] = r
-        print(f"{name:12s} {a.batch} images x {a.steps} steps at 64x64: pipeline {r['pipeline_lora_s'] * 1e3:.1f} ms, "
-              f"cast ODE {r['cast_ode_s'] * 1e3:.1f} ms, ratio {r['ode_ratio']:.3f} (target <= {r['target']}); "
-              f"SDE window +{r['sde_extra_per_step_s'] * 1e3:.2f} ms/step ({r['sde_ratio']:.3f}x); "
-              f"LoRA layers {r['lora_ratio']:.3f}x the bare pipeline")
+        print(
+            f"{name:12s} {a.batch} images x {a.steps} steps at 64x64: pipeline {r['pipeline_lora_s'] * 1e3:.1f} ms, "
+            f"cast ODE {r['cast_ode_s'] * 1e3:.1f} ms, ratio {r['ode_ratio']:.3f} (target <= {r['target']}); "
+            f"SDE window +{r['sde_extra_per_step_s'] * 1e3:.2f} ms/step ({r['sde_ratio']:.3f}x); "
+            f"LoRA layers {r['lora_ratio']:.3f}x the bare pipeline"
+        )
     if a.gpu:
         results["gpu_training_step"] = g = training_step(a.gpu_model, "cuda")
-        print(f"GPU {a.gpu_model} at 512²: weights {g['weights_gb']:.1f} GB, peak {g['peak_gb']:.1f} GB, "
-              f"forward+backward {g['step_s']:.2f} s")
+        print(
+            f"GPU {a.gpu_model} at 512²: weights {g['weights_gb']:.1f} GB, peak {g['peak_gb']:.1f} GB, "
+            f"forward+backward {g['step_s']:.2f} s"
+        )
     if a.json_path:
         with open(a.json_path, "w") as f:
             json.dump(results, f, indent=2)

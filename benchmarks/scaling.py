@@ -29,25 +29,52 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ARGS = ["--plugin", "shapes", "--window", "none", "--set", "window_start=6", "--set", "window_size=2",
-        "--set", "sample_every=0", "--set", "checkpoint_every=1000"]
+ARGS = [
+    "--plugin",
+    "shapes",
+    "--window",
+    "none",
+    "--set",
+    "window_start=6",
+    "--set",
+    "window_size=2",
+    "--set",
+    "sample_every=0",
+    "--set",
+    "checkpoint_every=1000",
+]
 
 
 def throughput(processes: int, steps: int, workdir: Path) -> dict:
     run = workdir / f"p{processes}"
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes))}
-    cmd = [sys.executable, "-m", "cast_core.cli", "train", *ARGS, "--steps", str(steps), "--out", str(run),
-           "--num-processes", str(processes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cast_core.cli",
+        "train",
+        *ARGS,
+        "--steps",
+        str(steps),
+        "--out",
+        str(run),
+        "--num-processes",
+        str(processes),
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, capture_output=True)
     wall = time.perf_counter() - t0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     later = rows[1:]
-    return {"processes": processes, "threads_per_process": int(env["OMP_NUM_THREADS"]),
-            "images_per_s": statistics.median(r["images_per_s"] for r in later),
-            "step_time_s": statistics.median(r["step_time_s"] for r in later),
-            "comm_bytes_per_step": statistics.median(r.get("comm_bytes", 0) for r in later),
-            "wall_s": wall, "steps": steps}
+    return {
+        "processes": processes,
+        "threads_per_process": int(env["OMP_NUM_THREADS"]),
+        "images_per_s": statistics.median(r["images_per_s"] for r in later),
+        "step_time_s": statistics.median(r["step_time_s"] for r in later),
+        "comm_bytes_per_step": statistics.median(r.get("comm_bytes", 0) for r in later),
+        "wall_s": wall,
+        "steps": steps,
+    }
 
 
 def activation_bytes(micro: int, workdir: Path) -> int:
@@ -59,10 +86,14 @@ def activation_bytes(micro: int, workdir: Path) -> int:
 
     recipe = get_recipe("shapes")
     cfg = TrainConfig()
-    cfg.update({k: getattr(recipe, k) for k in ("policy", "scorer", "decomposer", "projector") if getattr(recipe, k)}, "recipe")
+    cfg.update(
+        {k: getattr(recipe, k) for k in ("policy", "scorer", "decomposer", "projector") if getattr(recipe, k)}, "recipe"
+    )
     cfg.update(dict(recipe.settings), "recipe")
-    cfg.update({"window": None, "window_start": 6, "window_size": 2, "micro_batch_size": micro, "steps": 1,
-                "sample_every": 0}, "benchmark")
+    cfg.update(
+        {"window": None, "window_start": 6, "window_size": 2, "micro_batch_size": micro, "steps": 1, "sample_every": 0},
+        "benchmark",
+    )
     trainer = Trainer(cfg, workdir / f"mem-{micro}", log=lambda m: None)
     peak = [0]
     real = trainer.updater._loss
@@ -96,19 +127,29 @@ def main() -> None:
         full = activation_bytes(0, work)
         micro = activation_bytes(1, work)
     result = {
-        "cores": os.cpu_count(), "batch": "4 prompts x 8 images, 10 steps, window 6-7",
-        "one_process": one, "two_processes": two,
+        "cores": os.cpu_count(),
+        "batch": "4 prompts x 8 images, 10 steps, window 6-7",
+        "one_process": one,
+        "two_processes": two,
         "throughput_ratio_2_over_1": two["images_per_s"] / one["images_per_s"],
-        "update_activation_bytes": {"micro_batch_1": micro, "whole_batch_32": full, "ratio_whole_over_micro": full / micro},
+        "update_activation_bytes": {
+            "micro_batch_1": micro,
+            "whole_batch_32": full,
+            "ratio_whole_over_micro": full / micro,
+        },
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"cores: {result['cores']}")
     print(f"1 process : {one['images_per_s']:.2f} img/s ({one['threads_per_process']} threads)")
-    print(f"2 processes: {two['images_per_s']:.2f} img/s ({two['threads_per_process']} thread each), "
-          f"{two['comm_bytes_per_step'] / 1e3:.1f} kB sent per process per step")
+    print(
+        f"2 processes: {two['images_per_s']:.2f} img/s ({two['threads_per_process']} thread each), "
+        f"{two['comm_bytes_per_step'] / 1e3:.1f} kB sent per process per step"
+    )
     print(f"ratio 2/1: {result['throughput_ratio_2_over_1']:.2f}x")
-    print(f"update activations per forward: whole batch {full / 2**20:.1f} MiB, micro-batch 1 {micro / 2**20:.2f} MiB "
-          f"({full / micro:.1f}x)")
+    print(
+        f"update activations per forward: whole batch {full / 2**20:.1f} MiB, micro-batch 1 {micro / 2**20:.2f} MiB "
+        f"({full / micro:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

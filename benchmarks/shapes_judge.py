@@ -50,8 +50,11 @@ def scenes(n: int, seed: int = 4321):
         scene = sample_scene_in_split(rng, "heldout", rng.randint(4, 8))
         layout = sample_layout(scene, rng)
         distractor = sample_scene_in_split(rng, "heldout")
-        yield (torch.from_numpy(render(layout)).float() / 255, [(scene_to_graph(scene), True),
-                                                                (scene_to_graph(distractor), False)], layout)
+        yield (
+            torch.from_numpy(render(layout)).float() / 255,
+            [(scene_to_graph(scene), True), (scene_to_graph(distractor), False)],
+            layout,
+        )
 
 
 def oracle(graph, layout):
@@ -61,8 +64,10 @@ def oracle(graph, layout):
     from cast_shapes.semantics import detections_from_layout, evaluate
 
     masks = object_masks(layout)
-    return [(r.score >= 1 - 1e-9 if atom.kind == "count" else r.verdict, atom_mask(r, masks))
-            for atom, r in zip(graph.atoms, evaluate(graph, detections_from_layout(layout)))]
+    return [
+        (r.score >= 1 - 1e-9 if atom.kind == "count" else r.verdict, atom_mask(r, masks))
+        for atom, r in zip(graph.atoms, evaluate(graph, detections_from_layout(layout)))
+    ]
 
 
 def measure(judge: str, n_scenes: int) -> dict:
@@ -75,7 +80,12 @@ def measure(judge: str, n_scenes: int) -> dict:
     processor = AutoProcessor.from_pretrained(judge)
     data = list(scenes(n_scenes))
     truth = [[oracle(g, layout) for g, _ in graphs] for _, graphs, layout in data]
-    result: dict = {"judge": judge, "scenes": n_scenes, "recipes": {}, "oracle_on_token_grid": _oracle_grid(data, truth)}
+    result: dict = {
+        "judge": judge,
+        "scenes": n_scenes,
+        "recipes": {},
+        "oracle_on_token_grid": _oracle_grid(data, truth),
+    }
     for name, kwargs in RECIPES.items():
         scorer = SoftTifaScorer(model=model, processor=processor, device="cpu", **kwargs)
         acc: dict[str, list[bool]] = {}
@@ -99,12 +109,19 @@ def measure(judge: str, n_scenes: int) -> dict:
         for b in range(10):
             part = [(s, t) for s, t in calib if min(int(s * 10), 9) == b]  # deciles; a score of 1 is in the last
             if part:
-                bins.append({"bin": b, "n": len(part), "mean_score": float(np.mean([s for s, _ in part])),
-                             "truth_rate": float(np.mean([t for _, t in part]))})
+                bins.append(
+                    {
+                        "bin": b,
+                        "n": len(part),
+                        "mean_score": float(np.mean([s for s, _ in part])),
+                        "truth_rate": float(np.mean([t for _, t in part])),
+                    }
+                )
         ece = sum(x["n"] * abs(x["mean_score"] - x["truth_rate"]) for x in bins) / max(1, len(calib))
         result["recipes"][name] = {
             "accuracy": {k: float(np.mean(v)) for k, v in sorted(acc.items())},
-            "calibration": bins, "ece": ece,
+            "calibration": bins,
+            "ece": ece,
             "mass_inside": {k: float(np.mean(v)) for k, v in sorted(inside.items())},
             "pointing_game": {k: float(np.mean(v)) for k, v in sorted(hit.items())},
             "uniform_mass_inside": {k: float(np.mean(v)) for k, v in sorted(uniform.items())},
@@ -122,14 +139,18 @@ def _oracle_grid(data, truth, grid: int = 4) -> dict:
         graph, atoms = graphs[0][0], oracles[0]  # own prompt: the atoms whose masks are pointed at
         for atom, (_, mask) in zip(graph.atoms, atoms):
             if mask.any():
-                cells = torch.nn.functional.avg_pool2d(torch.from_numpy(mask[None, None].astype(np.float32)),
-                                                       mask.shape[0] // grid)
-                h = torch.nn.functional.interpolate(cells, size=mask.shape, mode="bilinear",
-                                                    align_corners=False)[0, 0].numpy()
+                cells = torch.nn.functional.avg_pool2d(
+                    torch.from_numpy(mask[None, None].astype(np.float32)), mask.shape[0] // grid
+                )
+                h = torch.nn.functional.interpolate(cells, size=mask.shape, mode="bilinear", align_corners=False)[
+                    0, 0
+                ].numpy()
                 inside.setdefault(atom.kind, []).append(float((h * mask).sum() / h.sum()))
                 hit.setdefault(atom.kind, []).append(bool(mask[np.unravel_index(int(h.argmax()), h.shape)]))
-    return {"mass_inside": {k: float(np.mean(v)) for k, v in sorted(inside.items())},
-            "pointing_game": {k: float(np.mean(v)) for k, v in sorted(hit.items())}}
+    return {
+        "mass_inside": {k: float(np.mean(v)) for k, v in sorted(inside.items())},
+        "pointing_game": {k: float(np.mean(v)) for k, v in sorted(hit.items())},
+    }
 
 
 def figure(judge: str, path: str, n_scenes: int = 4, scale: int = 4) -> None:
@@ -144,8 +165,11 @@ def figure(judge: str, path: str, n_scenes: int = 4, scale: int = 4) -> None:
     for image, graphs, layout in scenes(n_scenes, seed=99):
         graph = graphs[0][0]
         out = scorer.score(image[None], [graph], heatmaps=True)
-        atoms = [(a, s, h, m) for a, s, h, (_, m) in zip(graph.atoms, out.scores[0].tolist(), out.heatmaps[0],
-                                                        oracle(graph, layout)) if m.any() and a.kind != "count"][:4]
+        atoms = [
+            (a, s, h, m)
+            for a, s, h, (_, m) in zip(graph.atoms, out.scores[0].tolist(), out.heatmaps[0], oracle(graph, layout))
+            if m.any() and a.kind != "count"
+        ][:4]
         rows.append((image, graph.prompt, atoms))
     cell = 32 * scale
     width = cell * (1 + 2 * max(len(a) for _, _, a in rows)) + 8
@@ -204,16 +228,25 @@ def curve_figure(curve: list[dict], path: str, prior: dict | None = None, decay_
 def table(result: dict) -> str:
     lines = [f"judge {result['judge']}, {result['scenes']} held-out scenes (own + distractor prompts)"]
     first = next(iter(result["recipes"].values()))
-    lines.append("answer accuracy: " + "  ".join(f"{k} {v:.3f}" for k, v in first["accuracy"].items())
-                 + f"  (ECE {first['ece']:.3f})")
+    lines.append(
+        "answer accuracy: "
+        + "  ".join(f"{k} {v:.3f}" for k, v in first["accuracy"].items())
+        + f"  (ECE {first['ece']:.3f})"
+    )
     kinds = list(first["mass_inside"])
     lines.append(f"{'heatmap recipe':44s} " + " ".join(f"{k + ' in/peak':>22s}" for k in kinds))
-    lines.append(f"{'uniform map':44s} " + " ".join(f"{first['uniform_mass_inside'][k]:>13.3f} {'-':>8s}" for k in kinds))
+    lines.append(
+        f"{'uniform map':44s} " + " ".join(f"{first['uniform_mass_inside'][k]:>13.3f} {'-':>8s}" for k in kinds)
+    )
     ceiling = result["oracle_on_token_grid"]
-    lines.append(f"{'oracle mask pooled to the 4x4 token grid':44s} "
-                 + " ".join(f"{ceiling['mass_inside'][k]:>13.3f} {ceiling['pointing_game'][k]:>8.3f}" for k in kinds))
+    lines.append(
+        f"{'oracle mask pooled to the 4x4 token grid':44s} "
+        + " ".join(f"{ceiling['mass_inside'][k]:>13.3f} {ceiling['pointing_game'][k]:>8.3f}" for k in kinds)
+    )
     for name, r in result["recipes"].items():
-        lines.append(f"{name:44s} " + " ".join(f"{r['mass_inside'][k]:>13.3f} {r['pointing_game'][k]:>8.3f}" for k in kinds))
+        lines.append(
+            f"{name:44s} " + " ".join(f"{r['mass_inside'][k]:>13.3f} {r['pointing_game'][k]:>8.3f}" for k in kinds)
+        )
     return "\n".join(lines)
 
 
@@ -223,8 +256,12 @@ def main() -> None:
     ap.add_argument("--scenes", type=int, default=200)
     ap.add_argument("--json", help="write the result here")
     ap.add_argument("--figure", help="draw oracle masks beside the judge's maps here (PNG)")
-    ap.add_argument("--curve", nargs=2, metavar=("CURVE_JSON", "PNG"),
-                    help="only draw a training curve ({'curve': [{step, kind: accuracy}], 'prior': {...}}) and exit")
+    ap.add_argument(
+        "--curve",
+        nargs=2,
+        metavar=("CURVE_JSON", "PNG"),
+        help="only draw a training curve ({'curve': [{step, kind: accuracy}], 'prior': {...}}) and exit",
+    )
     args = ap.parse_args()
     if args.curve:
         with open(args.curve[0]) as f:

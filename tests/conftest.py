@@ -14,7 +14,9 @@ import pytest
 CAST = [sys.executable, "-c", "from cast_core.cli import main; main()"]
 
 
-def run_cast(*args: str, env: dict[str, str] | None = None, extra_path: Path | None = None) -> subprocess.CompletedProcess:
+def run_cast(
+    *args: str, env: dict[str, str] | None = None, extra_path: Path | None = None
+) -> subprocess.CompletedProcess:
     """Run `cast ARGS` as a new process, like a user would (real entry-point metadata)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("CAST_")}
     full_env.update(env or {})

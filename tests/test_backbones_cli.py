@@ -14,9 +14,26 @@ import pytest
 
 from conftest import run_cast
 
-CPU = ["--set", 'base_dtype="float32"', "--set", 'precision="no"', "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'policy_kwargs.text_encoder_device="cpu"', "--set", 'window_kwargs.embedder="pixels"',
-       "--set", "group_size=2", "--set", "prompts_per_step=1", "--set", "num_steps=4",
-       "--set", 'prompts=["a photo of a red cat", "a photo of two dogs"]']
+CPU = [
+    "--set",
+    'base_dtype="float32"',
+    "--set",
+    'precision="no"',
+    "--set",
+    "policy_kwargs.image_size=[32, 32]",
+    "--set",
+    'policy_kwargs.text_encoder_device="cpu"',
+    "--set",
+    'window_kwargs.embedder="pixels"',
+    "--set",
+    "group_size=2",
+    "--set",
+    "prompts_per_step=1",
+    "--set",
+    "num_steps=4",
+    "--set",
+    'prompts=["a photo of a red cat", "a photo of two dogs"]',
+]
 
 
 @pytest.mark.parametrize("name", ["flux2", "flux2-klein", "qwen-image"])
@@ -27,8 +44,20 @@ def test_train_from_a_saved_pipeline_then_sample(name, tmp_path):
         warnings.simplefilter("ignore")
         TINY_PIPELINES[name]().save_pretrained(tmp_path / "model")
     model, run = tmp_path / "model", tmp_path / "run"
-    out = run_cast("train", "--plugin", name, "--set", f"policy_kwargs.path={model}", "--scorer", "constant",
-                   "--steps", "2", "--out", str(run), *CPU)
+    out = run_cast(
+        "train",
+        "--plugin",
+        name,
+        "--set",
+        f"policy_kwargs.path={model}",
+        "--scorer",
+        "constant",
+        "--steps",
+        "2",
+        "--out",
+        str(run),
+        *CPU,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     config = (run / "config.toml").read_text()
     assert "lora_rank" in config and str(model) in config  # the dotted --set merged into the recipe's dict
@@ -40,8 +69,26 @@ def test_train_from_a_saved_pipeline_then_sample(name, tmp_path):
     assert [c.r for c in pipe.transformer.peft_config.values()] == [64]
 
     picture = tmp_path / "sample.png"
-    drawn = run_cast("sample", "--policy", name, "--set", f"policy_kwargs.path={model}",
-                     "--set", "policy_kwargs.image_size=[32, 32]", "--set", 'policy_kwargs.text_encoder_device="cpu"', "--set", "policy_kwargs.lora_rank=64",
-                     "--prompt", "a photo of a red cat", "--steps", "3", "--adapter", str(adapter), "-o", str(picture))
+    drawn = run_cast(
+        "sample",
+        "--policy",
+        name,
+        "--set",
+        f"policy_kwargs.path={model}",
+        "--set",
+        "policy_kwargs.image_size=[32, 32]",
+        "--set",
+        'policy_kwargs.text_encoder_device="cpu"',
+        "--set",
+        "policy_kwargs.lora_rank=64",
+        "--prompt",
+        "a photo of a red cat",
+        "--steps",
+        "3",
+        "--adapter",
+        str(adapter),
+        "-o",
+        str(picture),
+    )
     assert drawn.returncode == 0, drawn.stderr[-3000:]
     assert picture.is_file()

@@ -28,7 +28,12 @@ def test_import_error_is_listed_and_the_rest_works(fake_install):
     assert "skipped plugin 'broken' from broken-cast-plugin 0.1" in help_out.stderr
     data = plugins_json(extra_path=path)
     assert data["failed"] == [
-        {"name": "broken", "distribution": "broken-cast-plugin", "version": "0.1", "error": "RuntimeError: boom at import"}
+        {
+            "name": "broken",
+            "distribution": "broken-cast-plugin",
+            "version": "0.1",
+            "error": "RuntimeError: boom at import",
+        }
     ]
     assert {"cast-core", "cast-plugin-example"} <= {p["name"] for p in data["plugins"]}
     table = run_cast("plugins", extra_path=path)

@@ -38,8 +38,11 @@ def test_the_architecture_page_names_every_module(module):
     assert found, f"docs/architecture.md does not name {module.relative_to(ROOT)}; add one line saying what it is for"
 
 
-@pytest.mark.parametrize("script", sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "benchmarks").glob("*.sh")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "script",
+    sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "benchmarks").glob("*.sh")),
+    ids=lambda p: p.name,
+)
 def test_every_benchmark_is_listed_or_reachable_from_make(script):
     text = ARCHITECTURE.read_text(encoding="utf-8")
     listed = re.search(rf"(?<![\w/]){re.escape(script.name)}\b", text.split("\nbenchmarks/", 1)[-1]) is not None
@@ -68,6 +71,8 @@ def test_only_the_cli_imports_the_command_layer():
     for path in [*_modules(), *sorted((ROOT / "benchmarks").glob("*.py"))]:
         if path == cli or commands in path.parents:
             continue
-        if any(name == "cast_core.commands" or name.startswith("cast_core.commands.") for name in _imported_modules(path)):
+        if any(
+            name == "cast_core.commands" or name.startswith("cast_core.commands.") for name in _imported_modules(path)
+        ):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders, f"these import cast_core.commands (the CLI layer): {offenders}"

@@ -28,7 +28,9 @@ def test_counts_on_renders_of_known_scenes(monkeypatch):
     }
 
     def fake_images(policy, prompts, *, num_steps, generator):
-        return torch.stack([torch.from_numpy(render_float(sample_layout(parse_prompt(drawn[p]), seed=0))) for p in prompts])
+        return torch.stack(
+            [torch.from_numpy(render_float(sample_layout(parse_prompt(drawn[p]), seed=0))) for p in prompts]
+        )
 
     monkeypatch.setattr("cast_core.evaluation.ode_images", fake_images)
     row = load_script().count_objects(None, list(drawn), images_per_prompt=2, num_steps=1, seed=0, batch_size=3)
@@ -37,8 +39,15 @@ def test_counts_on_renders_of_known_scenes(monkeypatch):
     assert row["unclaimed_per_image"] == pytest.approx(1 / 5)
     assert row["missing_entity_share"] == pytest.approx(round(1 / 6, 3))  # 6 entities per 5 images, one missing
     # count atoms per image: 1 + 1 + 2 (the triangle's count atom: 0 drawn, asked 1) + 1 + 1
-    assert row["count_error_share"] == {"-3": 0.0, "-2": 0.0, "-1": round(2 / 6, 3), "0": 0.5, "1": 0.0,
-                                        "2": round(1 / 6, 3), "3": 0.0}
+    assert row["count_error_share"] == {
+        "-3": 0.0,
+        "-2": 0.0,
+        "-1": round(2 / 6, 3),
+        "0": 0.5,
+        "1": 0.0,
+        "2": round(1 / 6, 3),
+        "3": 0.0,
+    }
     # coloured entities drawn: 1 + 1 + 1 (the green triangle is missing) + 1 + 1, with 1 + 1 + 1 + 3 + 3
     # members; only the blue triangle is off-colour
     assert row["offcolour_member_share"] == pytest.approx(round(1 / 9, 3))

@@ -43,11 +43,18 @@ def run(args, root: Path) -> subprocess.CompletedProcess:
 
 def test_the_worked_example_installs_lists_and_passes_its_tests(tmp_path):
     files = write_example(tmp_path)
-    assert {"pyproject.toml", "src/cast_my_judge/judge.py", "src/cast_my_judge/window.py",
-            "src/cast_my_judge/plugin.py", "tests/test_my_plugin.py"} <= set(files)
+    assert {
+        "pyproject.toml",
+        "src/cast_my_judge/judge.py",
+        "src/cast_my_judge/window.py",
+        "src/cast_my_judge/plugin.py",
+        "tests/test_my_plugin.py",
+    } <= set(files)
     listed = run(["-m", "cast_core.cli", "plugins", "--json"], tmp_path)
     assert listed.returncode == 0, listed.stderr
     entry = next(p for p in json.loads(listed.stdout)["plugins"] if p["name"] == "cast-my-judge")
     assert entry["components"] == {"atom_scorer": ["my-judge"], "window_selector": ["high-noise"]}
     tests = run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], tmp_path)
-    assert tests.returncode == 0 and "17 passed" in tests.stdout, tests.stdout[-3000:] + tests.stderr[-2000:]
+    # every kit test ran (the kits grow; a collection error or a skipped module would show as fewer)
+    ran = re.search(r"(\d+) passed", tests.stdout)
+    assert tests.returncode == 0 and ran and int(ran.group(1)) >= 17, tests.stdout[-3000:] + tests.stderr[-2000:]

@@ -19,10 +19,13 @@ def register_atom_scorers(register):
 
 UNMARKED = MARKED.replace("@hookimpl\n", "")
 
-ONE_OF_TWO_UNMARKED = MARKED + """
+ONE_OF_TWO_UNMARKED = (
+    MARKED
+    + """
 def register_window_selectors(register):
     register("my-window", lazy("cast_core.testing.fakes:FakePolicy"))
 """
+)
 
 
 @pytest.fixture

@@ -19,12 +19,25 @@ def test_remote_oracle_equals_local():
     from cast_shapes.world import sample_layout
 
     prompts = ["two red circles left of a blue square", "a green triangle"]
-    images = torch.stack([torch.from_numpy(render(sample_layout(parse_prompt(p), i))).float() / 255
-                          for i, p in enumerate(prompts)])
+    images = torch.stack(
+        [torch.from_numpy(render(sample_layout(parse_prompt(p), i))).float() / 255 for i, p in enumerate(prompts)]
+    )
     graphs = [get_atom_decomposer("template").decompose(p) for p in prompts]
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-c", "from cast_core.cli import main; main()", "serve-scorer",
-                             "--scorer", "shapes-oracle", "--port", str(port)], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from cast_core.cli import main; main()",
+            "serve-scorer",
+            "--scorer",
+            "shapes-oracle",
+            "--port",
+            str(port),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):

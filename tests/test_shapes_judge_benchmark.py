@@ -21,11 +21,13 @@ def test_ceiling_of_a_mask_filling_one_token_cell():
     truth = [[[(True, mask)]]]
     graph = type("G", (), {"atoms": [type("A", (), {"kind": "object"})()]})()
     out = bench._oracle_grid([(torch.zeros(3, 32, 32), [(graph, True)], None)], truth)
+
     # bilinear (half-pixel centres) of a one-hot 4x4 grid: along each axis, output pixel x samples
     # source coordinate (x + 0.5) / 8 - 0.5; weight on cell c is max(0, 1 - |coord - c|), clamped at borders
     def axis(c):
         coord = np.clip((np.arange(32) + 0.5) / 8 - 0.5, 0, 3)
         return np.maximum(0.0, 1 - np.abs(coord - c))
+
     h = np.outer(axis(1), axis(2))
     assert abs(out["mass_inside"]["object"] - h[mask].sum() / h.sum()) < 1e-6
     assert out["pointing_game"]["object"] == 1.0
@@ -46,6 +48,7 @@ def test_measure_runs_every_recipe_on_the_shipped_judge():
                 areas.setdefault(atom.kind, []).append(m.mean())
     for r in result["recipes"].values():
         assert {k: round(float(np.mean(v)), 9) for k, v in areas.items()} == {
-            k: round(v, 9) for k, v in r["uniform_mass_inside"].items()}
+            k: round(v, 9) for k, v in r["uniform_mass_inside"].items()
+        }
         assert all(0 <= v <= 1 for v in r["accuracy"].values()) and 0 <= r["ece"] <= 1
     assert "shapes-judge" in bench.table(result)

@@ -27,9 +27,13 @@ def main() -> None:
     graph = TemplateDecomposer().decompose(prompt)
     model, processor = tiny_qwen3_vl(max_pixels=64 * 64)
     rows = []
-    for name, judge in (("shapes-oracle (exact masks)", ShapesOracleScorer()),
-                        ("soft-tifa, tiny random Qwen3-VL (mechanics only)",
-                         SoftTifaScorer(None, model=model, processor=processor, device="cpu"))):
+    for name, judge in (
+        ("shapes-oracle (exact masks)", ShapesOracleScorer()),
+        (
+            "soft-tifa, tiny random Qwen3-VL (mechanics only)",
+            SoftTifaScorer(None, model=model, processor=processor, device="cpu"),
+        ),
+    ):
         out = judge.score(image[None], [graph], heatmaps=True)
         grid = heatmap_grid(image, out.heatmaps[0], graph, out.scores[0])
         label = Image.new("RGB", (grid.width, 18), "white")

@@ -25,10 +25,25 @@ def saved(tmp_path_factory):
 
 
 def train_two_steps(path, run_dir, name):
-    cfg = TrainConfig(policy=name, policy_kwargs={"path": str(path), "image_size": [32, 32], "lora_rank": 4},
-                      scorer="left-brightness", decomposer="fake", projector="spatial", prompts=list(PROMPTS),
-                      group_size=4, prompts_per_step=1, num_steps=4, window_start=0, window_size=2, lr=0.05,
-                      clip_range=0.2, steps=2, sample_every=0, checkpoint_every=2, image_size=[32, 32]).validate()
+    cfg = TrainConfig(
+        policy=name,
+        policy_kwargs={"path": str(path), "image_size": [32, 32], "lora_rank": 4},
+        scorer="left-brightness",
+        decomposer="fake",
+        projector="spatial",
+        prompts=list(PROMPTS),
+        group_size=4,
+        prompts_per_step=1,
+        num_steps=4,
+        window_start=0,
+        window_size=2,
+        lr=0.05,
+        clip_range=0.2,
+        steps=2,
+        sample_every=0,
+        checkpoint_every=2,
+        image_size=[32, 32],
+    ).validate()
     trainer = Trainer(cfg, run_dir, log=lambda m: None)
     trainer.run()
     trainer.close()
@@ -48,11 +63,25 @@ def test_trained_adapter_loads_into_the_stock_pipeline(name, saved, tmp_path):
     assert any(float(p.detach().abs().max()) > 1e-3 for n, p in policy.transformer.named_parameters() if "lora_B" in n)
 
     pipe = load_pipeline(name, saved / name)
-    base = pipe(prompt=PROMPTS, num_inference_steps=4, height=32, width=32, output_type="pt",
-                generator=torch.Generator().manual_seed(5), **pipeline_kwargs(name, 2)).images
+    base = pipe(
+        prompt=PROMPTS,
+        num_inference_steps=4,
+        height=32,
+        width=32,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(5),
+        **pipeline_kwargs(name, 2),
+    ).images
     pipe.load_lora_weights(str(adapter))
-    tuned = pipe(prompt=PROMPTS, num_inference_steps=4, height=32, width=32, output_type="pt",
-                 generator=torch.Generator().manual_seed(5), **pipeline_kwargs(name, 2)).images
+    tuned = pipe(
+        prompt=PROMPTS,
+        num_inference_steps=4,
+        height=32,
+        width=32,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(5),
+        **pipeline_kwargs(name, 2),
+    ).images
     ours = sample(policy, PROMPTS, num_steps=4, image_size=(32, 32), generator=torch.Generator().manual_seed(5)).images
     assert float((ours - tuned).abs().max()) <= 2e-5
     assert float((tuned - base).abs().max()) > 1e-3, "two steps at lr 0.05 must change the images"
@@ -88,7 +117,9 @@ def test_alpha_survives_the_file(saved, tmp_path):
 
 
 def test_an_adapter_of_another_alpha_is_refused(saved, tmp_path):
-    POLICIES["flux2"].from_pretrained(saved / "flux2", image_size=(32, 32), lora_rank=4, lora_alpha=16).save_adapter(tmp_path)
+    POLICIES["flux2"].from_pretrained(saved / "flux2", image_size=(32, 32), lora_rank=4, lora_alpha=16).save_adapter(
+        tmp_path
+    )
     other = POLICIES["flux2"].from_pretrained(saved / "flux2", image_size=(32, 32), lora_rank=4, lora_alpha=8)
     with pytest.raises(ValueError, match="trained with lora_alpha = 16.0, this policy has 8"):
         other.load_adapter(tmp_path)

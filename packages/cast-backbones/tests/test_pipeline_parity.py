@@ -15,8 +15,15 @@ TOLERANCE = 2e-5
 
 def pipeline_images(pipe, name, prompts, steps, size, generator, **extra):
     kwargs = {**pipeline_kwargs(name, len(prompts)), **extra}
-    return pipe(prompt=prompts, num_inference_steps=steps, height=size[0], width=size[1], generator=generator,
-                output_type="pt", **kwargs).images
+    return pipe(
+        prompt=prompts,
+        num_inference_steps=steps,
+        height=size[0],
+        width=size[1],
+        generator=generator,
+        output_type="pt",
+        **kwargs,
+    ).images
 
 
 def max_diff(a, b):
@@ -28,8 +35,9 @@ def max_diff(a, b):
 def test_ode_sampling_gives_the_pipeline_images(name, steps, size):
     pipe, policy = tiny_pipeline(name), tiny_policy(name)
     expected = pipeline_images(pipe, name, PROMPTS, steps, size, torch.Generator().manual_seed(7))
-    got = sample(policy, PROMPTS, num_steps=steps, image_size=size, window=None,
-                 generator=torch.Generator().manual_seed(7)).images
+    got = sample(
+        policy, PROMPTS, num_steps=steps, image_size=size, window=None, generator=torch.Generator().manual_seed(7)
+    ).images
     assert got.shape == expected.shape == (2, 3, *size)
     assert max_diff(got, expected) <= TOLERANCE
     # the comparison can fail: another seed gives other images
@@ -43,35 +51,57 @@ def test_per_sample_generators_match_the_pipeline(name):
     same with a list of generators."""
     pipe, policy = tiny_pipeline(name), tiny_policy(name)
     expected = pipeline_images(pipe, name, PROMPTS, 3, (32, 32), [torch.Generator().manual_seed(s) for s in (1, 2)])
-    got = sample(policy, PROMPTS, num_steps=3, image_size=(32, 32),
-                 generator=[torch.Generator().manual_seed(s) for s in (1, 2)]).images
+    got = sample(
+        policy, PROMPTS, num_steps=3, image_size=(32, 32), generator=[torch.Generator().manual_seed(s) for s in (1, 2)]
+    ).images
     assert max_diff(got, expected) <= TOLERANCE
 
 
 def test_qwen_image_without_guidance_matches_the_unguided_pipeline():
     pipe, policy = tiny_pipeline("qwen-image"), tiny_policy("qwen-image", true_cfg_scale=1.0)
-    expected = pipe(prompt=PROMPTS, num_inference_steps=3, height=32, width=32, output_type="pt",
-                    generator=torch.Generator().manual_seed(0)).images
+    expected = pipe(
+        prompt=PROMPTS,
+        num_inference_steps=3,
+        height=32,
+        width=32,
+        output_type="pt",
+        generator=torch.Generator().manual_seed(0),
+    ).images
     got = sample(policy, PROMPTS, num_steps=3, image_size=(32, 32), generator=torch.Generator().manual_seed(0)).images
     assert max_diff(got, expected) <= TOLERANCE
-    guided = sample(tiny_policy("qwen-image"), PROMPTS, num_steps=3, image_size=(32, 32),
-                    generator=torch.Generator().manual_seed(0)).images
+    guided = sample(
+        tiny_policy("qwen-image"), PROMPTS, num_steps=3, image_size=(32, 32), generator=torch.Generator().manual_seed(0)
+    ).images
     assert max_diff(guided, expected) > 1e-3  # CFG really changes the images
 
 
 @pytest.mark.parametrize("scale", [1.0, 2.5])
 def test_flux2_klein_guidance_scale_matches_the_pipeline(scale):
     pipe, policy = tiny_pipeline("flux2-klein"), tiny_policy("flux2-klein", guidance_scale=scale)
-    expected = pipe(prompt=PROMPTS, num_inference_steps=3, height=32, width=32, output_type="pt",
-                    guidance_scale=scale, generator=torch.Generator().manual_seed(0)).images
+    expected = pipe(
+        prompt=PROMPTS,
+        num_inference_steps=3,
+        height=32,
+        width=32,
+        output_type="pt",
+        guidance_scale=scale,
+        generator=torch.Generator().manual_seed(0),
+    ).images
     got = sample(policy, PROMPTS, num_steps=3, image_size=(32, 32), generator=torch.Generator().manual_seed(0)).images
     assert max_diff(got, expected) <= TOLERANCE
 
 
 def test_flux2_guidance_is_the_distilled_embedding():
     pipe, policy = tiny_pipeline("flux2"), tiny_policy("flux2", guidance_scale=2.0)
-    expected = pipe(prompt=PROMPTS, num_inference_steps=3, height=32, width=32, output_type="pt",
-                    guidance_scale=2.0, generator=torch.Generator().manual_seed(0)).images
+    expected = pipe(
+        prompt=PROMPTS,
+        num_inference_steps=3,
+        height=32,
+        width=32,
+        output_type="pt",
+        guidance_scale=2.0,
+        generator=torch.Generator().manual_seed(0),
+    ).images
     got = sample(policy, PROMPTS, num_steps=3, image_size=(32, 32), generator=torch.Generator().manual_seed(0)).images
     assert max_diff(got, expected) <= TOLERANCE
 
@@ -103,7 +133,13 @@ def test_schedules_shift_with_the_image_size():
 @pytest.mark.parametrize("name", NAMES)
 def test_sde_window_from_the_first_step_gives_finite_log_probs(name):
     policy = tiny_policy(name)
-    rollout = sample(policy, PROMPTS, num_steps=4, image_size=(32, 32), window=Window(start=0, size=2),
-                     generator=torch.Generator().manual_seed(0))
+    rollout = sample(
+        policy,
+        PROMPTS,
+        num_steps=4,
+        image_size=(32, 32),
+        window=Window(start=0, size=2),
+        generator=torch.Generator().manual_seed(0),
+    )
     assert rollout.log_probs.shape[:2] == (2, 2)
     assert torch.isfinite(rollout.log_probs).all() and torch.isfinite(rollout.images).all()

@@ -59,12 +59,21 @@ def test_image_sizes_must_fit_the_latent_grid():
 
 def test_lora_presets_are_the_dreambooth_defaults():
     flux = tiny_pipeline("flux2").transformer
-    assert flux2_targets(flux) == ["to_k", "to_q", "to_v", "to_out.0", "to_qkv_mlp_proj",
-                                   "single_transformer_blocks.0.attn.to_out", "single_transformer_blocks.1.attn.to_out"]
+    assert flux2_targets(flux) == [
+        "to_k",
+        "to_q",
+        "to_v",
+        "to_out.0",
+        "to_qkv_mlp_proj",
+        "single_transformer_blocks.0.attn.to_out",
+        "single_transformer_blocks.1.attn.to_out",
+    ]
     assert qwen_image_targets(None) == ["to_k", "to_q", "to_v", "to_out.0"]
     policy = tiny_policy("flux2", lora_rank=4)
     wrapped = {n.rsplit(".lora_A", 1)[0] for n, _ in policy.transformer.named_parameters() if ".lora_A." in n}
-    assert "single_transformer_blocks.1.attn.to_out" in wrapped and "transformer_blocks.0.attn.add_q_proj" not in wrapped
+    assert (
+        "single_transformer_blocks.1.attn.to_out" in wrapped and "transformer_blocks.0.attn.add_q_proj" not in wrapped
+    )
     assert all(p.dtype == torch.float32 for p in policy.trainable_parameters())
 
 
@@ -177,10 +186,15 @@ def test_reference_is_the_adapter_free_pipeline_transformer():
     x = policy.initial_noise(1, None, torch.Generator().manual_seed(0))
     cond = policy.encode(["a cat"])
     h, w = policy.latent_grid()
-    kwargs = dict(hidden_states=x, timestep=torch.tensor([0.5]), guidance=torch.tensor([4.0]),
-                  encoder_hidden_states=cond.embeds,
-                  txt_ids=torch.cartesian_prod(*(torch.arange(n) for n in (1, 1, 1, cond.embeds.shape[1])))[None],
-                  img_ids=policy.image_ids(h, w)[None], return_dict=False)
+    kwargs = dict(
+        hidden_states=x,
+        timestep=torch.tensor([0.5]),
+        guidance=torch.tensor([4.0]),
+        encoder_hidden_states=cond.embeds,
+        txt_ids=torch.cartesian_prod(*(torch.arange(n) for n in (1, 1, 1, cond.embeds.shape[1])))[None],
+        img_ids=policy.image_ids(h, w)[None],
+        return_dict=False,
+    )
     with torch.no_grad():
         expected = base(**kwargs)[0]
         with policy.reference():

@@ -5,18 +5,55 @@ same diffusers LoRA file."""
 import os
 import warnings
 
-import pytest
 from safetensors.torch import load_file
 
 from cast_core.checkpoints import latest_checkpoint
 from conftest import tiny_pipeline
 
-ARGS = ["--plugin", "cast", "--policy", "flux2", "--scorer", "left-brightness", "--decomposer", "fake",
-        "--projector", "spatial", "--steps", "2", "--set", "window=none", "--set", "window_start=1",
-        "--set", "window_size=2", "--set", "num_steps=4", "--set", "group_size=4", "--set", "prompts_per_step=1",
-        "--set", 'prompts=["a red cat", "a blue dog"]', "--set", "image_size=[32, 32]", "--set", "lr=0.05",
-        "--set", "clip_range=0.2", "--set", "sample_every=0", "--set", "checkpoint_every=2", "--set", "adam_eps=1e-3",
-        "--set", "policy_kwargs.image_size=[32, 32]", "--set", "policy_kwargs.lora_rank=4"]
+ARGS = [
+    "--plugin",
+    "cast",
+    "--policy",
+    "flux2",
+    "--scorer",
+    "left-brightness",
+    "--decomposer",
+    "fake",
+    "--projector",
+    "spatial",
+    "--steps",
+    "2",
+    "--set",
+    "window=none",
+    "--set",
+    "window_start=1",
+    "--set",
+    "window_size=2",
+    "--set",
+    "num_steps=4",
+    "--set",
+    "group_size=4",
+    "--set",
+    "prompts_per_step=1",
+    "--set",
+    'prompts=["a red cat", "a blue dog"]',
+    "--set",
+    "image_size=[32, 32]",
+    "--set",
+    "lr=0.05",
+    "--set",
+    "clip_range=0.2",
+    "--set",
+    "sample_every=0",
+    "--set",
+    "checkpoint_every=2",
+    "--set",
+    "adam_eps=1e-3",
+    "--set",
+    "policy_kwargs.image_size=[32, 32]",
+    "--set",
+    "policy_kwargs.lora_rank=4",
+]
 
 
 def cast_train(*args, processes=1):
@@ -24,8 +61,15 @@ def cast_train(*args, processes=1):
     import sys
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-c", "from cast_core.cli import main; main()", "train", *args,
-               "--num-processes", str(processes)]
+    command = [
+        sys.executable,
+        "-c",
+        "from cast_core.cli import main; main()",
+        "train",
+        *args,
+        "--num-processes",
+        str(processes),
+    ]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
 
 

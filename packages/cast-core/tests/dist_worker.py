@@ -24,22 +24,38 @@ class ProbeSelector:
         from cast_core.types import Window
 
         ProbeSelector.calls += 1
-        sample(policy, prompts[:1], num_steps=num_steps, window=Window(0, 1), generator=torch.Generator().manual_seed(0))
+        sample(
+            policy, prompts[:1], num_steps=num_steps, window=Window(0, 1), generator=torch.Generator().manual_seed(0)
+        )
         return Window(1, 3)
 
 
 def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
-    cfg = TrainConfig(policy="fake", scorer="left-brightness", decomposer="fake", projector="spatial",
-                      prompts=["a red circle", "a blue square", "two green triangles"], group_size=4,
-                      prompts_per_step=3, num_steps=6, window_start=0, window_size=3, lr=0.05, clip_range=0.2,
-                      steps=3, sample_every=0, checkpoint_every=1)
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="left-brightness",
+        decomposer="fake",
+        projector="spatial",
+        prompts=["a red circle", "a blue square", "two green triangles"],
+        group_size=4,
+        prompts_per_step=3,
+        num_steps=6,
+        window_start=0,
+        window_size=3,
+        lr=0.05,
+        clip_range=0.2,
+        steps=3,
+        sample_every=0,
+        checkpoint_every=1,
+    )
     overrides = json.loads(overrides)
     probe = overrides.pop("probe_window", False)
     cfg.update(overrides, "test")
     writes = []
     real_save = trainer_module.save_checkpoint
-    trainer_module.save_checkpoint = lambda *a, **k: (writes.append("checkpoint") if k.get("writer", True) else None) \
-        or real_save(*a, **k)
+    trainer_module.save_checkpoint = lambda *a, **k: (
+        (writes.append("checkpoint") if k.get("writer", True) else None) or real_save(*a, **k)
+    )
     real_create = RunDirectory.create
     RunDirectory.create = lambda self, c: (writes.append("config") if self.writer else None) or real_create(self, c)
     trainer = Trainer(cfg, run_dir, resume=resume == "resume", log=lambda m: None)
@@ -49,9 +65,14 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     real_update = trainer.update
 
     def spy(rollout, scored):
-        record["steps"].append({"ids": [list(i) for i in scored.ids], "advantages": scored.advantages.tolist(),
-                                "window": [rollout.window.start, rollout.window.size],
-                                "images": rollout.images.tolist()})
+        record["steps"].append(
+            {
+                "ids": [list(i) for i in scored.ids],
+                "advantages": scored.advantages.tolist(),
+                "window": [rollout.window.start, rollout.window.size],
+                "images": rollout.images.tolist(),
+            }
+        )
         return real_update(rollout, scored)
 
     trainer.update = spy

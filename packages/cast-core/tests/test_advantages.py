@@ -194,7 +194,12 @@ def test_advantage_stats_example():
     assert stats.reward_std == pytest.approx(float(gm.std(unbiased=False)))
     assert stats.reward_mean_am == pytest.approx((1.75 / 3 + 2 / 3) / 2)
     assert set(stats.as_dict()) == {
-        "saturated_atoms", "total_atoms", "saturated_fraction", "reward_std", "reward_mean_gm", "reward_mean_am",
+        "saturated_atoms",
+        "total_atoms",
+        "saturated_fraction",
+        "reward_std",
+        "reward_mean_gm",
+        "reward_mean_am",
     }
 
 

@@ -45,8 +45,10 @@ def test_verify_names_each_damage(tmp_path):
     path, _, _ = saved(tmp_path / "run", 5)
     assert verify_checkpoint(path) is None
     (path / "optimizer.pt").write_bytes((path / "optimizer.pt").read_bytes()[:-1])
-    assert verify_checkpoint(path) == f"optimizer.pt has {(path / 'optimizer.pt').stat().st_size} bytes, " \
+    assert (
+        verify_checkpoint(path) == f"optimizer.pt has {(path / 'optimizer.pt').stat().st_size} bytes, "
         f"the manifest says {(path / 'optimizer.pt').stat().st_size + 1}"
+    )
     path2, _, _ = saved(tmp_path / "run2", 5)
     state = json.loads((path2 / "state.json").read_text())
     state["step"] = 4
@@ -107,8 +109,10 @@ def test_load_returns_tensors_and_refuses_code(tmp_path):
     del blob["tensors"]  # a checkpoint from before tensors were stored
     torch.save(blob, path / "optimizer.pt")
     assert load_checkpoint(path, policy, opt)[1] == {}
-    torch.save({"optimizer": opt.state_dict(), "tensors": {}, "payload": pickle.loads(pickle.dumps(Evil()))},
-               path / "optimizer.pt")
+    torch.save(
+        {"optimizer": opt.state_dict(), "tensors": {}, "payload": pickle.loads(pickle.dumps(Evil()))},
+        path / "optimizer.pt",
+    )
     with pytest.raises(pickle.UnpicklingError):
         load_checkpoint(path, policy, opt)
     (path / "state.json").unlink()

@@ -59,14 +59,30 @@ def test_decompose_reports_failures_with_their_line(add_plugin, tmp_path):
 
 def test_decompose_unknown_decomposer_lists_choices(only_builtins, components):
     out = CliRunner().invoke(cli, ["decompose", "a cat", "-d", "wrds"])
-    assert out.exit_code == 1 and "Unknown decomposer 'wrds'. Choose one of: fake, words. Did you mean 'words'?" in out.output
+    assert (
+        out.exit_code == 1
+        and "Unknown decomposer 'wrds'. Choose one of: fake, words. Did you mean 'words'?" in out.output
+    )
 
 
 def test_score_json_and_heatmaps(components, tmp_path):
     img = tmp_path / "red.png"
     Image.fromarray(np.full((8, 8, 3), (255, 0, 0), dtype=np.uint8)).save(img)
     out = CliRunner().invoke(
-        cli, ["score", str(img), "--prompt", "cat dog", "-s", "quarter", "-d", "words", "--json", "--heatmaps", str(tmp_path / "maps")]
+        cli,
+        [
+            "score",
+            str(img),
+            "--prompt",
+            "cat dog",
+            "-s",
+            "quarter",
+            "-d",
+            "words",
+            "--json",
+            "--heatmaps",
+            str(tmp_path / "maps"),
+        ],
     )
     assert out.exit_code == 0, out.output
     record = json.loads(out.output)
@@ -99,8 +115,21 @@ def test_means_follow_soft_tifa():
 def test_eval_baseline_pairs_and_refuses_mismatches(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\ntwo blue squares\na green triangle\n")
-    common = ["eval", "--policy", "fake", "--prompts", str(prompts), "--scorer", "left-brightness",
-              "--decomposer", "fake", "-k", "2", "--steps", "3"]
+    common = [
+        "eval",
+        "--policy",
+        "fake",
+        "--prompts",
+        str(prompts),
+        "--scorer",
+        "left-brightness",
+        "--decomposer",
+        "fake",
+        "-k",
+        "2",
+        "--steps",
+        "3",
+    ]
     base = tmp_path / "base.json"
     first = CliRunner().invoke(cli, [*common, "--out", str(base)])
     assert first.exit_code == 0, first.output
@@ -138,21 +167,48 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
     prompts.write_text("a red circle\ntwo blue squares\na green triangle\n")
     trained = FakePolicy()
     with torch.no_grad():
-        trained.position_delta.add_(0.3 * torch.randn(trained.position_delta.shape, generator=torch.Generator().manual_seed(5)))
+        trained.position_delta.add_(
+            0.3 * torch.randn(trained.position_delta.shape, generator=torch.Generator().manual_seed(5))
+        )
     adapter = tmp_path / "adapter"
     trained.save_adapter(adapter)
-    common = ["--policy", "fake", "--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake",
-              "-k", "2", "--steps", "3"]
+    common = [
+        "--policy",
+        "fake",
+        "--prompts",
+        str(prompts),
+        "--scorer",
+        "left-brightness",
+        "--decomposer",
+        "fake",
+        "-k",
+        "2",
+        "--steps",
+        "3",
+    ]
     out = tmp_path / "compare.json"
-    run = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2", "--json",
-                                   "--out", str(out)])
+    run = CliRunner().invoke(
+        cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2", "--json", "--out", str(out)]
+    )
     assert run.exit_code == 0, run.output
     result = json.loads(run.stdout)
     assert json.loads(out.read_text()) == result
     # the comparison layout of run_dir.py (compare_evaluations), and cast compare's own keys beside it
     assert result["layout"] == LAYOUT and set(result) == {
-        "layout", "seeds", "prompts", "images_per_prompt", "per_seed", "pooled", "over_seeds",
-        "policy", "adapter", "base_adapter", "suite", "steps", "prompts_digest"}
+        "layout",
+        "seeds",
+        "prompts",
+        "images_per_prompt",
+        "per_seed",
+        "pooled",
+        "over_seeds",
+        "policy",
+        "adapter",
+        "base_adapter",
+        "suite",
+        "steps",
+        "prompts_digest",
+    }
     assert (result["seeds"], result["prompts"], result["images_per_prompt"]) == ([0, 1, 2], 3, 2)
     assert set(result["pooled"]) == {"base", "trained", "gm_difference", "skill_differences"}
     assert [r["seed"] for r in result["per_seed"]] == [0, 1, 2]
@@ -161,7 +217,9 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
         base = tmp_path / f"base-{row['seed']}.json"
         seed = ["--seed", str(row["seed"])]
         assert CliRunner().invoke(cli, ["eval", *common, *seed, "--out", str(base)]).exit_code == 0
-        ev = CliRunner().invoke(cli, ["eval", *common, *seed, "--adapter", str(adapter), "--baseline", str(base), "--json"])
+        ev = CliRunner().invoke(
+            cli, ["eval", *common, *seed, "--adapter", str(adapter), "--baseline", str(base), "--json"]
+        )
         vs = json.loads(ev.stdout)["vs_baseline"]
         assert row["gm_difference"] == vs["gm_difference"] and row["skill_differences"] == vs["skill_differences"]
         trained_eval = json.loads(ev.stdout)
@@ -170,28 +228,38 @@ def test_compare_over_seeds_matches_per_seed_evals_and_summarises_over_seeds(tmp
     assert len(set(deltas)) == 3  # the adapter changes the images, differently per seed
     summary = result["over_seeds"]["gm"]
     assert summary["delta"] == pytest.approx(statistics.mean(deltas), abs=1e-12)
-    assert summary["se"] == pytest.approx(statistics.stdev(deltas) / 3 ** 0.5, abs=1e-12)
+    assert summary["se"] == pytest.approx(statistics.stdev(deltas) / 3**0.5, abs=1e-12)
     assert summary["n"] == 3 and summary["z"] == pytest.approx(summary["delta"] / summary["se"])
     text = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "0,1,2"]).output
     assert "mean over 3 seeds" in text and f"{summary['delta']:+.3f} ± {summary['se']:.3f} (s.e. over seeds)" in text
     # the adapter against itself: every difference is exactly zero
-    same = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--base-adapter", str(adapter),
-                                    "--seeds", "3,4", "--json"])
+    same = CliRunner().invoke(
+        cli, ["compare", *common, "--adapter", str(adapter), "--base-adapter", str(adapter), "--seeds", "3,4", "--json"]
+    )
     assert same.exit_code == 0, same.output
     assert json.loads(same.stdout)["over_seeds"]["gm"] == {"delta": 0.0, "se": 0.0, "n": 2, "z": 0.0}
     one = CliRunner().invoke(cli, ["compare", *common, "--adapter", str(adapter), "--seeds", "7"])
     assert one.exit_code == 2 and "at least two distinct seeds" in one.output
 
 
-@pytest.mark.parametrize("value, seeds", [("0,1,2", [0, 1, 2]), ("0-3,777", [0, 1, 2, 3, 777]), (" 5 , 2-3 ", [5, 2, 3])])
+@pytest.mark.parametrize(
+    "value, seeds", [("0,1,2", [0, 1, 2]), ("0-3,777", [0, 1, 2, 3, 777]), (" 5 , 2-3 ", [5, 2, 3])]
+)
 def test_seed_lists_take_ranges(value, seeds):
     from cast_core.seeding import parse_seed_list
 
     assert parse_seed_list(value, "--seeds") == seeds
 
 
-@pytest.mark.parametrize("value, message", [("0,x", "'x' is not a seed or a range"), ("3-1", "runs backwards; write 1-3"),
-                                            ("0-2,1", "distinct seeds"), ("-1", "'-1' is not a seed")])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("0,x", "'x' is not a seed or a range"),
+        ("3-1", "runs backwards; write 1-3"),
+        ("0-2,1", "distinct seeds"),
+        ("-1", "'-1' is not a seed"),
+    ],
+)
 def test_bad_seed_lists_say_what_is_wrong(value, message):
     import click
 
@@ -205,9 +273,11 @@ def test_bad_seed_lists_say_what_is_wrong(value, message):
 def test_a_directory_without_an_adapter_is_a_usage_error(tmp_path, command):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("a red circle\na blue square\n")
-    args = {"eval": ["--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake"],
-            "compare": ["--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake"],
-            "sample": ["--prompt", "a red circle", "--out", str(tmp_path / "grid.png")]}[command]
+    args = {
+        "eval": ["--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake"],
+        "compare": ["--prompts", str(prompts), "--scorer", "left-brightness", "--decomposer", "fake"],
+        "sample": ["--prompt", "a red circle", "--out", str(tmp_path / "grid.png")],
+    }[command]
     out = CliRunner().invoke(cli, [command, "--policy", "fake", "--adapter", str(tmp_path), *args])
     assert out.exit_code == 2, out.output
     assert "Invalid value for --adapter" in out.output and "checkpoints/step-N/adapter" in out.output

@@ -4,7 +4,15 @@ prompt cache that encodes each prompt once."""
 import pytest
 import torch
 
-from cast_core.conditioning import PromptCache, PromptEmbeds, check_conditioning, concat_rows, move_to, num_rows, select_rows
+from cast_core.conditioning import (
+    PromptCache,
+    PromptEmbeds,
+    check_conditioning,
+    concat_rows,
+    move_to,
+    num_rows,
+    select_rows,
+)
 from cast_core.testing import FakePolicy
 
 

@@ -96,15 +96,34 @@ def probe(kit, maker, component, **attrs):
 
 
 SCORER_MISTAKES = [
-    pytest.param(ScoresTimesOneAndAHalf, "test_scores_align_with_atoms_and_lie_in_unit_range",
-                 "test_extreme_images_get_finite_scores_in_unit_range", r"outside \[0, 1\]: \[1.5", id="scores-x1.5"),
-    pytest.param(ScoresMinusAHalf, "test_scores_align_with_atoms_and_lie_in_unit_range",
-                 "test_extreme_images_get_finite_scores_in_unit_range", r"outside \[0, 1\]: \[-0.5", id="scores-0.5"),
-    pytest.param(NanOnBlack, "test_scores_align_with_atoms_and_lie_in_unit_range",
-                 "test_extreme_images_get_finite_scores_in_unit_range", "non-finite scores", id="nan-on-black"),
-    pytest.param(TransposedHeatmap, "test_heatmaps_cover_the_image_and_are_non_negative",
-                 "test_non_square_images_get_heatmaps_in_their_orientation", "grid 64x32 does not fit the 32x64 image",
-                 id="transposed-heatmap"),
+    pytest.param(
+        ScoresTimesOneAndAHalf,
+        "test_scores_align_with_atoms_and_lie_in_unit_range",
+        "test_extreme_images_get_finite_scores_in_unit_range",
+        r"outside \[0, 1\]: \[1.5",
+        id="scores-x1.5",
+    ),
+    pytest.param(
+        ScoresMinusAHalf,
+        "test_scores_align_with_atoms_and_lie_in_unit_range",
+        "test_extreme_images_get_finite_scores_in_unit_range",
+        r"outside \[0, 1\]: \[-0.5",
+        id="scores-0.5",
+    ),
+    pytest.param(
+        NanOnBlack,
+        "test_scores_align_with_atoms_and_lie_in_unit_range",
+        "test_extreme_images_get_finite_scores_in_unit_range",
+        "non-finite scores",
+        id="nan-on-black",
+    ),
+    pytest.param(
+        TransposedHeatmap,
+        "test_heatmaps_cover_the_image_and_are_non_negative",
+        "test_non_square_images_get_heatmaps_in_their_orientation",
+        "grid 64x32 does not fit the 32x64 image",
+        id="transposed-heatmap",
+    ),
 ]
 
 
@@ -181,19 +200,51 @@ class NanForOneStep(FakePolicy):
 
 
 OTHER_MISTAKES = [
-    pytest.param(AdvantageProjectorConformance, "make_projector", MirroredMapsProjector,
-                 "test_better_image_gets_higher_advantage", "test_advantage_follows_the_heatmap_on_a_non_square_grid",
-                 AssertionError, id="mirrored-maps"),
-    pytest.param(AdvantageProjectorConformance, "make_projector", SwappedGridProjector,
-                 "test_better_image_gets_higher_advantage", "test_advantage_follows_the_heatmap_on_a_non_square_grid",
-                 AssertionError, id="swapped-grid"),
-    pytest.param(EmbedderConformance, "make_embedder", UnitNormPixels, "test_one_finite_vector_per_image",
-                 "test_extreme_and_non_square_images_embed_finitely", AssertionError, id="nan-on-flat-image"),
-    pytest.param(AtomDecomposerConformance, "make_decomposer", LastWordDecomposer,
-                 "test_graphs_are_valid_and_keep_the_prompt", "test_blank_and_long_prompts_are_refused_or_decomposed",
-                 IndexError, id="empty-prompt-crash"),
-    pytest.param(PolicyConformance, "make_policy", NanForOneStep, "test_sigmas_descend_to_zero",
-                 "test_short_schedules_are_valid_or_refused", ValueError, id="nan-sigmas-for-one-step"),
+    pytest.param(
+        AdvantageProjectorConformance,
+        "make_projector",
+        MirroredMapsProjector,
+        "test_better_image_gets_higher_advantage",
+        "test_advantage_follows_the_heatmap_on_a_non_square_grid",
+        AssertionError,
+        id="mirrored-maps",
+    ),
+    pytest.param(
+        AdvantageProjectorConformance,
+        "make_projector",
+        SwappedGridProjector,
+        "test_better_image_gets_higher_advantage",
+        "test_advantage_follows_the_heatmap_on_a_non_square_grid",
+        AssertionError,
+        id="swapped-grid",
+    ),
+    pytest.param(
+        EmbedderConformance,
+        "make_embedder",
+        UnitNormPixels,
+        "test_one_finite_vector_per_image",
+        "test_extreme_and_non_square_images_embed_finitely",
+        AssertionError,
+        id="nan-on-flat-image",
+    ),
+    pytest.param(
+        AtomDecomposerConformance,
+        "make_decomposer",
+        LastWordDecomposer,
+        "test_graphs_are_valid_and_keep_the_prompt",
+        "test_blank_and_long_prompts_are_refused_or_decomposed",
+        IndexError,
+        id="empty-prompt-crash",
+    ),
+    pytest.param(
+        PolicyConformance,
+        "make_policy",
+        NanForOneStep,
+        "test_sigmas_descend_to_zero",
+        "test_short_schedules_are_valid_or_refused",
+        ValueError,
+        id="nan-sigmas-for-one-step",
+    ),
 ]
 
 

@@ -75,7 +75,12 @@ class SignFlipProjector(MeanProjector):
     "kit, maker, broken, test_name",
     [
         (PolicyConformance, "make_policy", LeakyAdapterPolicy, "test_reference_switches_the_adapter_off"),
-        (AtomScorerConformance, "make_scorer", OverconfidentScorer, "test_scores_align_with_atoms_and_lie_in_unit_range"),
+        (
+            AtomScorerConformance,
+            "make_scorer",
+            OverconfidentScorer,
+            "test_scores_align_with_atoms_and_lie_in_unit_range",
+        ),
         (WindowSelectorConformance, "make_selector", TooLongWindow, "test_window_fits_the_schedule"),
         (AdvantageProjectorConformance, "make_projector", SignFlipProjector, "test_better_image_gets_higher_advantage"),
     ],
@@ -100,7 +105,10 @@ def test_fake_policy_encoding_is_stable_across_processes():
     import sys
 
     code = "from cast_core.testing import FakePolicy; print(float(FakePolicy().encode(['a red circle']).sum()))"
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout for _ in range(2)}
+    runs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in range(2)
+    }
     assert len(runs) == 1
 
 

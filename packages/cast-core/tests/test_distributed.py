@@ -23,8 +23,20 @@ HERE = Path(__file__).parent
 
 
 def torchrun(n: int, *args: str, **popen) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(n),
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *args]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(n),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        *args,
+    ]
 
 
 def run_workers(tmp_path, n: int, overrides: dict, name: str, run: str | None = None) -> list[dict]:
@@ -57,8 +69,11 @@ def by_id(records: list[dict], step: int, key: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("overrides", [{}, {"micro_batch_size": 2, "heatmap_source": "x0", "window_start": 1}],
-                         ids=["plain", "micro-batches+x0-maps"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"micro_batch_size": 2, "heatmap_source": "x0", "window_start": 1}],
+    ids=["plain", "micro-batches+x0-maps"],
+)
 def test_two_processes_train_as_one(tmp_path, overrides):
     one = run_workers(tmp_path, 1, overrides, "one")
     two = run_workers(tmp_path, 2, overrides, "two")
@@ -117,7 +132,9 @@ def test_fsdp2_on_two_processes_trains_as_one_unsharded_process(tmp_path):
     a, b = adapter(tmp_path / "two"), adapter(tmp_path / "one")
     assert {k: v.shape for k, v in a.items()} == {k: v.shape for k, v in b.items()}
     opt = torch.load(latest_checkpoint(tmp_path / "two") / "optimizer.pt", weights_only=True)
-    assert [tuple(s["exp_avg"].shape) for s in opt["optimizer"]["state"].values()] == [tuple(v.shape) for v in b.values()]
+    assert [tuple(s["exp_avg"].shape) for s in opt["optimizer"]["state"].values()] == [
+        tuple(v.shape) for v in b.values()
+    ]
 
 
 @pytest.mark.slow  # four processes on two cores: ~1 minute
@@ -149,11 +166,40 @@ def cast_train(n: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "cast_core.cli", "train", *args, "--num-processes", str(n)]
 
 
-TRAIN_ARGS = ["--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness",
-              "--decomposer", "fake", "--projector", "spatial",
-              "--set", 'prompts=["a red circle", "a blue square", "two green triangles"]', "--set", "group_size=4",
-              "--set", "prompts_per_step=2", "--set", "num_steps=6", "--set", "window_size=3", "--set", "lr=0.05",
-              "--set", "clip_range=0.2", "--set", "checkpoint_every=1", "--set", "sample_every=0", "--steps", "40"]
+TRAIN_ARGS = [
+    "--plugin",
+    "cast",
+    "--window",
+    "none",
+    "--policy",
+    "fake",
+    "--scorer",
+    "left-brightness",
+    "--decomposer",
+    "fake",
+    "--projector",
+    "spatial",
+    "--set",
+    'prompts=["a red circle", "a blue square", "two green triangles"]',
+    "--set",
+    "group_size=4",
+    "--set",
+    "prompts_per_step=2",
+    "--set",
+    "num_steps=6",
+    "--set",
+    "window_size=3",
+    "--set",
+    "lr=0.05",
+    "--set",
+    "clip_range=0.2",
+    "--set",
+    "checkpoint_every=1",
+    "--set",
+    "sample_every=0",
+    "--steps",
+    "40",
+]
 
 
 def adapter(run: Path) -> dict:
@@ -193,8 +239,13 @@ def sigkill_then_resume(tmp_path: Path) -> None:
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     done = launch(cast_train(2, *TRAIN_ARGS, "--out", str(straight)), env)
     assert "run directory:" in done.stdout and done.stdout.count("run directory:") == 1  # rank 0 speaks
-    proc = subprocess.Popen(cast_train(2, *TRAIN_ARGS, "--out", str(killed)), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        cast_train(2, *TRAIN_ARGS, "--out", str(killed)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not (killed / "checkpoints" / "step-00008").exists():
         time.sleep(0.02)

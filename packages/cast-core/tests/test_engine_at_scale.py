@@ -41,7 +41,9 @@ def test_micro_batches_accumulate_the_full_batch_gradient(tmp_path, micro):
     loss weighs its share of the batch, so the sum is the full batch's gradient. (The SDE maths
     is float32 by contract, so this is float32 agreement, to rounding.)"""
     full = gradient_of_first_update(Trainer(fake_config(beta=0.1), tmp_path / "full", log=quiet))
-    acc = gradient_of_first_update(Trainer(fake_config(beta=0.1, micro_batch_size=micro), tmp_path / "micro", log=quiet))
+    acc = gradient_of_first_update(
+        Trainer(fake_config(beta=0.1, micro_batch_size=micro), tmp_path / "micro", log=quiet)
+    )
     for a, b in zip(full, acc):
         assert float(a.abs().max()) > 0
         torch.testing.assert_close(b, a, atol=1e-7, rtol=1e-5)
@@ -66,7 +68,9 @@ def test_images_and_training_do_not_depend_on_sample_batch_size(tmp_path):
     training steps end at the same adapter (the old shared stream moved it by 1.2e-3)."""
     adapters, images = {}, {}
     for chunk in (0, 2, 4):
-        trainer = Trainer(fake_config(sample_batch_size=chunk, steps=2, sample_every=0), tmp_path / f"c{chunk}", log=quiet)
+        trainer = Trainer(
+            fake_config(sample_batch_size=chunk, steps=2, sample_every=0), tmp_path / f"c{chunk}", log=quiet
+        )
         images[chunk] = trainer.rollout(["a red circle", "a blue square"], trainer.window_for(0, []), 0).images
         trainer.run()
         adapters[chunk] = [p.detach().clone() for p in trainer.params]
@@ -144,8 +148,9 @@ def test_the_text_encoder_leaves_before_the_transformer_arrives_and_is_not_neede
     selector = _MeasuringSelector()
     monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: _EventPolicy(events, **kw))
     monkeypatch.setattr(trainer_module, "get_window_selector", lambda name, **kw: selector)
-    trainer = Trainer(fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"),
-                      tmp_path / "r", log=quiet)
+    trainer = Trainer(
+        fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"), tmp_path / "r", log=quiet
+    )
     kinds = [e[0] for e in events]
     assert kinds == ["encode", "offload", "prepare"]
     assert set(events[0][1]) == {*trainer.prompts, "a calibration circle"}  # training + calibration prompts
@@ -218,10 +223,14 @@ def test_bf16_base_weights_keep_a_float32_adapter_and_stay_on_policy(tmp_path):
 def test_a_policy_without_the_optional_members_gets_a_clear_error(tmp_path, monkeypatch):
     import cast_core.trainer as trainer_module
 
-    monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: _without(FakePolicy(**kw), "enable_gradient_checkpointing"))
+    monkeypatch.setattr(
+        trainer_module, "get_policy", lambda name, **kw: _without(FakePolicy(**kw), "enable_gradient_checkpointing")
+    )
     with pytest.raises(ConfigError, match="does not support it"):
         Trainer(fake_config(gradient_checkpointing=True), tmp_path / "a", log=quiet)
-    monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: _without(FakePolicy(**kw), "offload_text_encoder"))
+    monkeypatch.setattr(
+        trainer_module, "get_policy", lambda name, **kw: _without(FakePolicy(**kw), "offload_text_encoder")
+    )
     with pytest.raises(ConfigError, match="has no offload_text_encoder"):
         Trainer(fake_config(offload_text_encoder=True), tmp_path / "b", log=quiet)
 
@@ -244,7 +253,7 @@ def test_fsdp2_sharding_errors_say_what_to_do(tmp_path, monkeypatch):
             return super().prepare(accelerator)
 
     monkeypatch.setattr(trainer_module, "get_policy", lambda name, **kw: Unshardable(**kw))
-    with pytest.raises(ConfigError, match="cannot shard itself .* use sharding = \"accelerate\""):
+    with pytest.raises(ConfigError, match='cannot shard itself .* use sharding = "accelerate"'):
         Trainer(fake_config(sharding="fsdp2"), tmp_path / "b", log=quiet)
 
 
@@ -300,7 +309,8 @@ def test_a_selector_without_prompts_for_reaches_the_policys_own_encode(tmp_path,
         prompts_for = None  # the trainer cannot know what it will sample
 
     monkeypatch.setattr(trainer_module, "get_window_selector", lambda name, **kw: Blind())
-    trainer = Trainer(fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"),
-                      tmp_path / "r", log=quiet)
+    trainer = Trainer(
+        fake_config(steps=1, offload_text_encoder=True, sample_every=0, window="measured"), tmp_path / "r", log=quiet
+    )
     with pytest.raises(RuntimeError, match="offloaded"):
         trainer.run()

@@ -13,14 +13,16 @@ PROMPTS = ["a red circle", "two blue squares", "a green triangle"]
 
 
 def test_evaluate_layout_and_per_prompt_gm():
-    out = evaluate(FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3,
-                   num_steps=4, batch_size=4)  # batches cut across prompts on purpose
+    out = evaluate(
+        FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3, num_steps=4, batch_size=4
+    )  # batches cut across prompts on purpose
     assert out["images"] == 9 and out["prompts"] == 3 and len(out["per_prompt_gm"]) == 3
     # equal images per prompt: the image-level GM is the mean of the per-prompt means
     assert math.isclose(out["gm"], sum(out["per_prompt_gm"]) / 3, rel_tol=1e-9)
     assert set(out["by_skill"]) == {"object", "count"} and list(out["by_atom_count"]) == ["2"]
-    again = evaluate(FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3,
-                     num_steps=4, batch_size=4)
+    again = evaluate(
+        FakePolicy(), PROMPTS, LeftBrightnessScorer(), FakeDecomposer(), images_per_prompt=3, num_steps=4, batch_size=4
+    )
     assert again == out  # seeded: the same images, so comparisons can be paired
     # per-prompt skill means weight images equally, so their mean over prompts is the skill AM
     for skill in ("object", "count"):
@@ -54,10 +56,22 @@ def test_paired_difference_refuses_unpaired_inputs():
 
 
 def test_paired_skill_differences_exact_numbers():
-    before = {"per_prompt_skill": [{"object": 0.5, "position": 0.2}, {"object": 0.7}, {"object": 0.9, "position": 0.4},
-                                   {"count": 0.3}]}
-    after = {"per_prompt_skill": [{"object": 0.6, "position": 0.3}, {"object": 0.7}, {"object": 0.8, "position": 0.6},
-                                  {"count": 0.5}]}
+    before = {
+        "per_prompt_skill": [
+            {"object": 0.5, "position": 0.2},
+            {"object": 0.7},
+            {"object": 0.9, "position": 0.4},
+            {"count": 0.3},
+        ]
+    }
+    after = {
+        "per_prompt_skill": [
+            {"object": 0.6, "position": 0.3},
+            {"object": 0.7},
+            {"object": 0.8, "position": 0.6},
+            {"count": 0.5},
+        ]
+    }
     d = paired_skill_differences(before, after)
     assert set(d) == {"object", "position"}  # count is in one prompt only: no standard error
     assert d["object"]["prompts"] == 3 and d["object"]["delta"] == pytest.approx(0.0, abs=1e-12)
@@ -76,9 +90,14 @@ def test_report_shows_the_paired_difference(tmp_path):
 
     for name, gm in (("base", 0.30), ("trained", 0.27)):
         (tmp_path / f"eval-{name}.json").write_text(json.dumps({"gm": gm, "am": 0.5, "suite": "s"}))
-    (tmp_path / "comparison.json").write_text(json.dumps(
-        {"gm_difference": {"delta": -0.03, "se": 0.02, "prompts": 96, "z": -1.5},
-         "skill_differences": {"position": {"delta": 0.057, "se": 0.006, "prompts": 72, "z": 9.5}}}))
+    (tmp_path / "comparison.json").write_text(
+        json.dumps(
+            {
+                "gm_difference": {"delta": -0.03, "se": 0.02, "prompts": 96, "z": -1.5},
+                "skill_differences": {"position": {"delta": 0.057, "se": 0.006, "prompts": 72, "z": 9.5}},
+            }
+        )
+    )
     html = write_report(tmp_path).read_text()
     assert "-0.030 ± 0.020" in html and "not distinguishable" in html
     assert "<td>position</td><td>+0.057 ± 0.006</td><td>72</td>" in html and "better than the base" in html
@@ -95,14 +114,29 @@ def test_pool_evaluations_averages_equal_size_seeds_exactly():
     from cast_core.comparison import pool_evaluations
 
     def result(gm, am, pg, ps):
-        return {"gm": gm, "am": am, "by_atom_count": {"2": gm}, "by_skill": {"object": am}, "images": 4, "prompts": 2,
-                "per_prompt_gm": pg, "per_prompt_skill": ps}
+        return {
+            "gm": gm,
+            "am": am,
+            "by_atom_count": {"2": gm},
+            "by_skill": {"object": am},
+            "images": 4,
+            "prompts": 2,
+            "per_prompt_gm": pg,
+            "per_prompt_skill": ps,
+        }
 
     a = result(0.5, 0.75, [0.25, 0.75], [{"object": 0.5}, {"object": 1.0}])
     b = result(0.25, 0.5, [0.0, 0.5], [{"object": 0.25}, {"object": 0.75}])
     pooled = pool_evaluations([a, b])
-    assert pooled == {"gm": 0.375, "am": 0.625, "by_atom_count": {"2": 0.375}, "by_skill": {"object": 0.625}, "images": 8,
-                      "prompts": 2, "per_prompt_gm": [0.125, 0.625],
-                      "per_prompt_skill": [{"object": 0.375}, {"object": 0.875}]}
+    assert pooled == {
+        "gm": 0.375,
+        "am": 0.625,
+        "by_atom_count": {"2": 0.375},
+        "by_skill": {"object": 0.625},
+        "images": 8,
+        "prompts": 2,
+        "per_prompt_gm": [0.125, 0.625],
+        "per_prompt_skill": [{"object": 0.375}, {"object": 0.875}],
+    }
     with pytest.raises(ValueError, match="different sizes"):
         pool_evaluations([a, {**b, "images": 6}])

@@ -8,8 +8,17 @@ import contextlib
 import pytest
 import torch
 
-from cast_core.protocols import (CalibrationPrompts, DecompositionStats, FastInference, GradientCheckpointing,
-                                 HeatmapNeeds, OffloadsTextEncoder, PerStepWindow, Preparable, self_shards)
+from cast_core.protocols import (
+    CalibrationPrompts,
+    DecompositionStats,
+    FastInference,
+    GradientCheckpointing,
+    HeatmapNeeds,
+    OffloadsTextEncoder,
+    PerStepWindow,
+    Preparable,
+    self_shards,
+)
 from cast_core.registry import get_advantage_projector, get_policy
 from cast_core.testing.fakes import FakePolicy, simple_graph
 from cast_core.testing.features import check_features, features_of
@@ -22,8 +31,11 @@ def test_the_fake_policy_declares_and_passes_its_features():
     policy = FakePolicy()
     assert features_of("policy", policy) == [Preparable, OffloadsTextEncoder, GradientCheckpointing]
     assert self_shards(policy)
-    assert check_features("policy", policy, make_policy=FakePolicy, prompts=PROMPTS) == \
-        ["Preparable", "OffloadsTextEncoder", "GradientCheckpointing"]
+    assert check_features("policy", policy, make_policy=FakePolicy, prompts=PROMPTS) == [
+        "Preparable",
+        "OffloadsTextEncoder",
+        "GradientCheckpointing",
+    ]
 
 
 class LeakyInference(FakePolicy):
@@ -58,6 +70,7 @@ def _perturbed(cls):
             for i, p in enumerate(policy.trainable_parameters()):  # a non-zero adapter, so a change shows
                 p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(i)))
         return policy
+
     return make
 
 
@@ -155,8 +168,9 @@ class ClaimsNoHeatmaps:
 def test_a_projector_that_says_it_needs_no_heatmaps_must_work_without():
     graph = simple_graph()
     scores = torch.rand(4, len(graph.atoms), generator=torch.Generator().manual_seed(0))
-    assert check_features("advantage_projector", get_advantage_projector("scalar"), inputs=(scores, None, graph),
-                          latent_grid=(4, 4)) == ["HeatmapNeeds"]
+    assert check_features(
+        "advantage_projector", get_advantage_projector("scalar"), inputs=(scores, None, graph), latent_grid=(4, 4)
+    ) == ["HeatmapNeeds"]
     assert isinstance(ClaimsNoHeatmaps(), HeatmapNeeds)
     with pytest.raises(AttributeError):
         check_features("advantage_projector", ClaimsNoHeatmaps(), inputs=(scores, None, graph), latent_grid=(4, 4))
@@ -170,8 +184,19 @@ def test_a_policy_without_the_feature_is_refused_in_one_line(tmp_path):
 
     plain = get_policy("fake")
     assert not isinstance(object(), GradientCheckpointing) and isinstance(plain, GradientCheckpointing)
-    cfg = TrainConfig(policy="fake", scorer="left-brightness", decomposer="fake", projector="spatial", window=None,
-                      window_start=0, window_size=2, num_steps=4, prompts=list(PROMPTS), prompts_per_step=2,
-                      group_size=2, sharding="fsdp2")
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="left-brightness",
+        decomposer="fake",
+        projector="spatial",
+        window=None,
+        window_start=0,
+        window_size=2,
+        num_steps=4,
+        prompts=list(PROMPTS),
+        prompts_per_step=2,
+        group_size=2,
+        sharding="fsdp2",
+    )
     with pytest.raises(ConfigError, match="sharding"):
         Trainer(cfg, tmp_path / "run", log=lambda m: None)

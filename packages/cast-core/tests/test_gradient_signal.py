@@ -28,8 +28,14 @@ def test_pairwise_cosine_of_known_vectors():
 
 
 def test_signal_steps_need_z_standard_errors_and_noise_floors():
-    s = StepSignal(cosine=[0.0, 0.05, 0.02, 0.05], cosine_sem=[0.01, 0.01, 0.01, 0.02], grad_norm=[1] * 4,
-                   noise_floor=0.005, batches=8, images_per_batch=32)
+    s = StepSignal(
+        cosine=[0.0, 0.05, 0.02, 0.05],
+        cosine_sem=[0.01, 0.01, 0.01, 0.02],
+        grad_norm=[1] * 4,
+        noise_floor=0.005,
+        batches=8,
+        images_per_batch=32,
+    )
     assert signal_steps(s) == [1]  # 0.02 < 3·0.01; 0.05 < 3·0.02
     assert signal_steps(s, z=2.0) == [1, 3]
 
@@ -55,7 +61,9 @@ def test_identical_batches_agree_exactly_at_every_step(tmp_path, monkeypatch):
     trainer = Trainer(fake_config(num_steps=3), tmp_path / "run", log=quiet)
     monkeypatch.setattr(trainer, "pick_prompts", lambda step: ["a red circle", "a blue square"])
     real = seeding.seed_for
-    monkeypatch.setattr(seeding, "seed_for", lambda seed, step, *rest: real(seed, 1234, *rest))  # every batch is step 1234
+    monkeypatch.setattr(
+        seeding, "seed_for", lambda seed, step, *rest: real(seed, 1234, *rest)
+    )  # every batch is step 1234
     result = step_signal(trainer, batches=3)
     assert result.cosine == pytest.approx([1.0, 1.0, 1.0], abs=1e-6)
     assert signal_steps(result) == [0, 1, 2]
@@ -65,11 +73,34 @@ def test_cast_signal_cli_writes_json_and_png(tmp_path):
     from cast_core.cli import cli
 
     out = tmp_path / "sig"
-    res = CliRunner().invoke(cli, ["signal", "--policy", "fake", "--scorer", "left-brightness", "--projector", "spatial",
-                                   "--set", "decomposer=fake", "--set", "window=", "--set", "num_steps=3",
-                                   "--set", "prompts_per_step=2", "--set", "group_size=4",
-                                   "--set", 'prompts=["a red circle", "a blue square"]',
-                                   "--batches", "3", "--out", str(out)])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "signal",
+            "--policy",
+            "fake",
+            "--scorer",
+            "left-brightness",
+            "--projector",
+            "spatial",
+            "--set",
+            "decomposer=fake",
+            "--set",
+            "window=",
+            "--set",
+            "num_steps=3",
+            "--set",
+            "prompts_per_step=2",
+            "--set",
+            "group_size=4",
+            "--set",
+            'prompts=["a red circle", "a blue square"]',
+            "--batches",
+            "3",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "steps with signal" in res.output
     data = __import__("json").loads((out / "signal.json").read_text())
@@ -118,11 +149,36 @@ def test_window_signal_compares_whole_window_gradients(tmp_path, monkeypatch):
 def test_cast_signal_window_steps_option(tmp_path, value, ok):
     from cast_core.cli import cli
 
-    res = CliRunner().invoke(cli, ["signal", "--policy", "fake", "--scorer", "left-brightness", "--projector", "spatial",
-                                   "--set", "decomposer=fake", "--set", "window=", "--set", "num_steps=4",
-                                   "--set", "prompts_per_step=2", "--set", "group_size=4",
-                                   "--set", 'prompts=["a red circle", "a blue square"]',
-                                   "--batches", "2", "--window-steps", value, "--out", str(tmp_path / "o")])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "signal",
+            "--policy",
+            "fake",
+            "--scorer",
+            "left-brightness",
+            "--projector",
+            "spatial",
+            "--set",
+            "decomposer=fake",
+            "--set",
+            "window=",
+            "--set",
+            "num_steps=4",
+            "--set",
+            "prompts_per_step=2",
+            "--set",
+            "group_size=4",
+            "--set",
+            'prompts=["a red circle", "a blue square"]',
+            "--batches",
+            "2",
+            "--window-steps",
+            value,
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
     if ok:
         assert res.exit_code == 0, res.output
         assert "whole-window gradient cosine" in res.output and "window 0..1 of 4" in res.output

@@ -55,17 +55,26 @@ def test_a_schedule_above_one_is_refused_before_sampling():
     with pytest.raises(ValueError, match="sigma must be <= 1"):
         sde_step(X, X, torch.tensor(1.0000001, dtype=torch.float64), 0.8, 0.7, sigma_max=0.9)
     # exactly 1 is the start the σ = 1 guard is for, and it samples finite images
-    rollout = sample(ShiftedPolicy(1.0), ["a red circle"], num_steps=4, window=Window(0, 2), eta=0.7,
-                     generator=torch.Generator().manual_seed(0))
+    rollout = sample(
+        ShiftedPolicy(1.0),
+        ["a red circle"],
+        num_steps=4,
+        window=Window(0, 2),
+        eta=0.7,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert bool(torch.isfinite(rollout.log_probs).all()) and bool(torch.isfinite(rollout.images).all())
 
 
-@pytest.mark.parametrize("sigmas, message", [
-    ([1.0, 0.5, 0.5, 0.0], "strictly decrease"),
-    ([1.0, 0.6, 0.3, 0.01], "last sigma must be exactly 0"),
-    ([1.0, 0.5, 0.0], r"has shape \(3,\); expected \(4,\)"),
-    ([1.0, float("nan"), 0.2, 0.0], "non-finite"),
-])
+@pytest.mark.parametrize(
+    "sigmas, message",
+    [
+        ([1.0, 0.5, 0.5, 0.0], "strictly decrease"),
+        ([1.0, 0.6, 0.3, 0.01], "last sigma must be exactly 0"),
+        ([1.0, 0.5, 0.0], r"has shape \(3,\); expected \(4,\)"),
+        ([1.0, float("nan"), 0.2, 0.0], "non-finite"),
+    ],
+)
 def test_schedule_contract(sigmas, message):
     with pytest.raises(ValueError, match=message):
         check_schedule(torch.tensor(sigmas), 3, "P")

@@ -93,9 +93,15 @@ def test_ratio_is_exactly_one_when_rescoring_sampled_transitions():
     gen = torch.Generator().manual_seed(3)
     x, v = torch.randn(2, 4, 3, generator=gen), torch.randn(2, 4, 3, generator=gen)
     s = sde_step(v, x, torch.tensor([0.9, 0.8]), torch.tensor([0.7, 0.6]), 0.7, sigma_max=0.9, generator=gen)
-    again = sde_step(v, x, torch.tensor([0.9, 0.8]), torch.tensor([0.7, 0.6]), 0.7, sigma_max=0.9, prev_sample=s.prev_sample)
-    _, diag = clipped_objective(reduce_per_position(again.log_prob), reduce_per_position(s.log_prob), torch.ones(2, 4), 1e-4)
-    _, diag_fg = flow_grpo_objective(reduce_per_sample(again.log_prob), reduce_per_sample(s.log_prob), torch.ones(2), 1e-4)
+    again = sde_step(
+        v, x, torch.tensor([0.9, 0.8]), torch.tensor([0.7, 0.6]), 0.7, sigma_max=0.9, prev_sample=s.prev_sample
+    )
+    _, diag = clipped_objective(
+        reduce_per_position(again.log_prob), reduce_per_position(s.log_prob), torch.ones(2, 4), 1e-4
+    )
+    _, diag_fg = flow_grpo_objective(
+        reduce_per_sample(again.log_prob), reduce_per_sample(s.log_prob), torch.ones(2), 1e-4
+    )
     for d in (diag, diag_fg):
         assert d["ratio_min"] == d["ratio_max"] == 1.0
 

@@ -31,7 +31,9 @@ def test_ratio_exactly_at_the_clip_is_not_counted():
 
 
 def test_flow_grpo_shape_errors():
-    with pytest.raises(ValueError, match=r"flow-grpo log-probs must both be \[B\] \(or \[B, T\]\); got \(2,\) and \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"flow-grpo log-probs must both be \[B\] \(or \[B, T\]\); got \(2,\) and \(3,\)"
+    ):
         flow_grpo_objective(torch.zeros(2), torch.zeros(3), torch.zeros(2), 0.2)
     with pytest.raises(ValueError, match=r"advantages \(3,\) do not match log-probs \(2,\)"):
         flow_grpo_objective(torch.zeros(2), torch.zeros(2), torch.zeros(3), 0.2)

@@ -201,7 +201,9 @@ def test_log_gm_credit_splits_the_prompt_advantage_over_the_maps():
     heat[:, 1, :, 1] = 1.0
     adv = torch.tensor([[math.log(20), math.log(10)], [-math.log(20), -math.log(10)]]) / math.log(200)
     for gating in ("soft", "hard"):  # log-GM credit reads the raw scores: gating changes nothing
-        out = SpatialProjector(lam=0.0, eps=0.0, gating=gating, atom_credit="log-gm").project(scores, heat, graph, (2, 2))
+        out = SpatialProjector(lam=0.0, eps=0.0, gating=gating, atom_credit="log-gm").project(
+            scores, heat, graph, (2, 2)
+        )
         torch.testing.assert_close(out.values[:, :, 0], adv[:, :1].expand(2, 2))
         torch.testing.assert_close(out.values[:, :, 1], adv[:, 1:].expand(2, 2))
     # the atoms' shares add up to the prompt's log-GM z-score (±1 for two images); the object

@@ -15,8 +15,6 @@ import time
 
 import pytest
 import torch
-from click.testing import CliRunner
-from safetensors.torch import load_file
 
 from cast_core.checkpoints import find_intact_checkpoint, step_dirs, verify_checkpoint
 from cast_core.errors import CastError
@@ -28,8 +26,11 @@ from tests.test_trainer import PROMPTS, adapter, fake_config, quiet
 
 def snapshot(root):
     """Every file under ``root`` with its sha256: a refused command must change none of them."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file() and p.name != ".lock"}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
 
 
 def cfg(**kw):
@@ -190,14 +191,44 @@ def test_sigkill_inside_a_checkpoint_write_then_resume_matches_a_straight_run(tm
 
 
 def test_ctrl_c_ends_with_a_checkpoint_and_exit_130_then_resumes_identically(tmp_path):
-    args = ["--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness", "--decomposer",
-            "fake", "--projector", "spatial", "--set", f"prompts={json.dumps(PROMPTS)}", "--set", "group_size=8",
-            "--set", "num_steps=6", "--set", "window_size=3", "--set", "lr=0.05", "--set", "clip_range=0.2",
-            "--set", "checkpoint_every=1000", "--set", "sample_every=0"]
+    args = [
+        "--plugin",
+        "cast",
+        "--window",
+        "none",
+        "--policy",
+        "fake",
+        "--scorer",
+        "left-brightness",
+        "--decomposer",
+        "fake",
+        "--projector",
+        "spatial",
+        "--set",
+        f"prompts={json.dumps(PROMPTS)}",
+        "--set",
+        "group_size=8",
+        "--set",
+        "num_steps=6",
+        "--set",
+        "window_size=3",
+        "--set",
+        "lr=0.05",
+        "--set",
+        "clip_range=0.2",
+        "--set",
+        "checkpoint_every=1000",
+        "--set",
+        "sample_every=0",
+    ]
     code = "from cast_core.cli import main; main()"
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", code, "train", *args, "--steps", "100000", "--out", str(run)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "train", *args, "--steps", "100000", "--out", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and len(read_metrics(run / "metrics.jsonl")) < 3:
         time.sleep(0.05)
@@ -207,12 +238,18 @@ def test_ctrl_c_ends_with_a_checkpoint_and_exit_130_then_resumes_identically(tmp
     step = read_metrics(run / "metrics.jsonl")[-1]["step"]
     assert f"interrupted at step {step}; checkpoint written" in err and "Traceback" not in err
     assert [p.name for p in step_dirs(run)] == [f"step-{step:05d}"] and verify_checkpoint(step_dirs(run)[0]) is None
-    resumed = subprocess.run([sys.executable, "-c", code, "train", "--resume", str(run), "--steps", str(step + 2)],
-                             capture_output=True, text=True)
+    resumed = subprocess.run(
+        [sys.executable, "-c", code, "train", "--resume", str(run), "--steps", str(step + 2)],
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr
     ref = tmp_path / "ref"
-    subprocess.run([sys.executable, "-c", code, "train", *args, "--steps", str(step + 2), "--out", str(ref)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", code, "train", *args, "--steps", str(step + 2), "--out", str(ref)],
+        check=True,
+        capture_output=True,
+    )
     a, b = adapter(ref), adapter(run)
     assert all(torch.equal(a[k], b[k]) for k in a)
 

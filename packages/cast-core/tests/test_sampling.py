@@ -28,20 +28,30 @@ def test_no_window_is_the_policys_own_euler_sampler():
 def test_window_steps_are_recorded_and_replayable():
     policy = FakePolicy()
     w = Window(1, 2)
-    out = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3), keep_x0=True)
+    out = sample(
+        policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3), keep_x0=True
+    )
     n, c = policy.initial_noise(1).shape[1:]
     assert out.latents.shape == (3, 2, n, c) and out.next_latents.shape == (3, 2, n, c)
     assert out.log_probs.shape == (3, 2, n) and out.log_probs.dtype == torch.float32
     assert out.x0.shape == (3, 5, n, c) and out.step_indices == [1, 2]
     for t, i in enumerate(out.step_indices):  # re-scoring a stored move gives its stored log-prob
         v = policy.velocity(out.latents[:, t], out.sigmas[i], out.conditioning)
-        lp = sde_step(v, out.latents[:, t], out.sigmas[i], out.sigmas[i + 1], 0.8, sigma_max=out.sigmas[1],
-                      prev_sample=out.next_latents[:, t]).log_prob.mean(-1)
+        lp = sde_step(
+            v,
+            out.latents[:, t],
+            out.sigmas[i],
+            out.sigmas[i + 1],
+            0.8,
+            sigma_max=out.sigmas[1],
+            prev_sample=out.next_latents[:, t],
+        ).log_prob.mean(-1)
         assert torch.equal(lp, out.log_probs[:, t])
     again = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3))
     assert torch.equal(again.images, out.images)
-    some = sample(policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3),
-                  keep_x0=(3, 1))
+    some = sample(
+        policy, PROMPTS, num_steps=5, window=w, eta=0.8, generator=torch.Generator().manual_seed(3), keep_x0=(3, 1)
+    )
     assert torch.equal(some.x0, out.x0[:, [1, 3]])  # only the asked-for steps, in step order
     assert torch.equal(some.images, out.images)
 
@@ -52,8 +62,15 @@ def test_steps_outside_the_window_are_exact_euler_steps():
     policy = FakePolicy()
     cond = policy.encode(PROMPTS)
     noise = policy.initial_noise(len(PROMPTS), generator=torch.Generator().manual_seed(5))
-    out = sample(policy, PROMPTS, num_steps=5, window=Window(1, 2), eta=0.9, initial_noise=noise,
-                 generator=torch.Generator().manual_seed(1))
+    out = sample(
+        policy,
+        PROMPTS,
+        num_steps=5,
+        window=Window(1, 2),
+        eta=0.9,
+        initial_noise=noise,
+        generator=torch.Generator().manual_seed(1),
+    )
     sig = policy.sigmas(5)
 
     def euler(x, i):
@@ -70,7 +87,9 @@ def test_steps_outside_the_window_are_exact_euler_steps():
 def test_eta_zero_inside_the_window_is_the_ode():
     policy = FakePolicy()
     ode = sample(policy, PROMPTS, num_steps=4, generator=torch.Generator().manual_seed(1))
-    zero = sample(policy, PROMPTS, num_steps=4, window=Window(0, 4), eta=0.0, generator=torch.Generator().manual_seed(1))
+    zero = sample(
+        policy, PROMPTS, num_steps=4, window=Window(0, 4), eta=0.0, generator=torch.Generator().manual_seed(1)
+    )
     assert torch.equal(ode.final_latents, zero.final_latents)
 
 
@@ -82,8 +101,10 @@ def test_window_must_fit():
 def test_chunked_rollouts_concatenate():
     policy = FakePolicy()
     gen = torch.Generator().manual_seed(0)
-    parts = [sample(policy, PROMPTS[:2], num_steps=3, window=Window(0, 1), generator=gen),
-             sample(policy, PROMPTS[2:], num_steps=3, window=Window(0, 1), generator=gen)]
+    parts = [
+        sample(policy, PROMPTS[:2], num_steps=3, window=Window(0, 1), generator=gen),
+        sample(policy, PROMPTS[2:], num_steps=3, window=Window(0, 1), generator=gen),
+    ]
     whole = concat_rollouts(parts)
     assert whole.prompts == PROMPTS and whole.latents.shape[0] == 3 and whole.conditioning.shape[0] == 3
     assert torch.equal(select_rows(whole.conditioning, [2]), whole.conditioning[[2]])

@@ -121,11 +121,22 @@ def test_per_sample_sigmas_match_a_loop_over_samples():
     prev = torch.randn(B, N, C, generator=torch.Generator().manual_seed(1))
     batched = sde_step(v, x, sigma, sigma_next, 0.7, sigma_max=0.95, prev_sample=prev)
     for b in range(B):
-        one = sde_step(v[b : b + 1], x[b : b + 1], float(sigma[b]), float(sigma_next[b]), 0.7, sigma_max=0.95, prev_sample=prev[b : b + 1])
+        one = sde_step(
+            v[b : b + 1],
+            x[b : b + 1],
+            float(sigma[b]),
+            float(sigma_next[b]),
+            0.7,
+            sigma_max=0.95,
+            prev_sample=prev[b : b + 1],
+        )
         torch.testing.assert_close(batched.mean[b : b + 1], one.mean)
         torch.testing.assert_close(batched.log_prob[b : b + 1], one.log_prob)
         torch.testing.assert_close(batched.std_dev[b].reshape(()), one.std_dev)
-        torch.testing.assert_close(euler_step(v, x, sigma, sigma_next)[b : b + 1], euler_step(v[b : b + 1], x[b : b + 1], sigma[b], sigma_next[b]))
+        torch.testing.assert_close(
+            euler_step(v, x, sigma, sigma_next)[b : b + 1],
+            euler_step(v[b : b + 1], x[b : b + 1], sigma[b], sigma_next[b]),
+        )
     with pytest.raises(ValueError, match="per-sample sigma"):
         sde_step(v, x, sigma[:2], sigma_next[:2], 0.7, sigma_max=0.95)
 
@@ -133,7 +144,9 @@ def test_per_sample_sigmas_match_a_loop_over_samples():
 def test_float32_outputs_under_bfloat16_inputs():
     x, v, sigma, sigma_next = _inputs(6, torch.bfloat16)
     out = sde_step(v, x, sigma, sigma_next, 0.7, sigma_max=0.95, generator=torch.Generator().manual_seed(0))
-    ref = sde_step(v.float(), x.float(), sigma, sigma_next, 0.7, sigma_max=0.95, generator=torch.Generator().manual_seed(0))
+    ref = sde_step(
+        v.float(), x.float(), sigma, sigma_next, 0.7, sigma_max=0.95, generator=torch.Generator().manual_seed(0)
+    )
     for name in ("prev_sample", "log_prob", "mean", "std_dev", "std_dev_t"):
         got = getattr(out, name)
         assert got.dtype == torch.float32, name

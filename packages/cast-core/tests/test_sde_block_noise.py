@@ -58,8 +58,9 @@ def test_block_of_one_is_flow_grpo_bit_for_bit():
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_sampled_step_matches_the_closed_form(k):
     x, v, sigma, sigma_next = _inputs(2)
-    out = sde_step(v, x, sigma, sigma_next, 0.8, sigma_max=0.9, generator=torch.Generator().manual_seed(5),
-                   noise_block=k)
+    out = sde_step(
+        v, x, sigma, sigma_next, 0.8, sigma_max=0.9, generator=torch.Generator().manual_seed(5), noise_block=k
+    )
     mean, std = _closed_form(x, v, sigma, sigma_next, 0.8, k)
     torch.testing.assert_close(out.mean, mean.float())
     # the noise is the block average of the white noise the same generator would give
@@ -69,7 +70,7 @@ def test_sampled_step_matches_the_closed_form(k):
     # density of the C/k block coordinates z = sqrt(k)·mean_block(x' - mean)/std ~ N(0, 1),
     # carried by every element of the block
     z = math.sqrt(k) * _blocks(out.prev_sample.double() - mean, k).mean(-1) / std
-    lp_block = -z**2 / 2 - torch.log(std) - 0.5 * math.log(2 * math.pi)
+    lp_block = -(z**2) / 2 - torch.log(std) - 0.5 * math.log(2 * math.pi)
     expected = lp_block.unsqueeze(-1).expand(B, N, C // k, k).reshape(B, N, C)
     torch.testing.assert_close(out.log_prob, expected.float(), rtol=1e-5, atol=1e-5)
     # re-scoring the stored transition reproduces it bit for bit (ratio exactly 1)

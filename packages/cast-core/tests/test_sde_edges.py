@@ -29,7 +29,11 @@ def float64_default():
 def test_float32_under_a_float64_default(float64_default, kind, per_sample_generators):
     v, x = tensors()
     v, x = v.float(), x.float()
-    gen = [torch.Generator().manual_seed(i) for i in range(2)] if per_sample_generators else torch.Generator().manual_seed(0)
+    gen = (
+        [torch.Generator().manual_seed(i) for i in range(2)]
+        if per_sample_generators
+        else torch.Generator().manual_seed(0)
+    )
     step = sde_step(v, x, 1.0, 0.8, 0.7, sigma_max=0.9, generator=gen, kind=kind)
     for name in ("prev_sample", "log_prob", "mean", "std_dev", "std_dev_t"):
         assert getattr(step, name).dtype == torch.float32, name
@@ -40,8 +44,9 @@ def test_float64_sigmas_give_the_float32_step_bit_for_bit(kind):
     v, x = tensors()
     as_floats = sde_step(v, x, 1.0, 0.8, 0.7, sigma_max=0.9, generator=torch.Generator().manual_seed(0), kind=kind)
     f64 = lambda value: torch.tensor(value, dtype=torch.float64)  # noqa: E731
-    as_f64 = sde_step(v, x, f64(1.0), f64(0.8), 0.7, sigma_max=f64(0.9), generator=torch.Generator().manual_seed(0),
-                      kind=kind)
+    as_f64 = sde_step(
+        v, x, f64(1.0), f64(0.8), 0.7, sigma_max=f64(0.9), generator=torch.Generator().manual_seed(0), kind=kind
+    )
     for name in ("prev_sample", "log_prob", "mean", "std_dev", "std_dev_t"):
         a, b = getattr(as_floats, name), getattr(as_f64, name)
         assert b.dtype == torch.float32 and torch.equal(a, b), name

@@ -36,11 +36,14 @@ def _missing_tracker():
     return next((n for n in ("wandb", "mlflow", "aim", "comet_ml") if importlib.util.find_spec(n) is None), None)
 
 
-@pytest.mark.parametrize("value, message", [
-    ("nosuchtracker", "Unsupported logging capability"),
-    ([1], "must be a tracker name"),
-    (_missing_tracker(), "not available .* pip install"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("nosuchtracker", "Unsupported logging capability"),
+        ([1], "must be a tracker name"),
+        (_missing_tracker(), "not available .* pip install"),
+    ],
+)
 def test_bad_trackers_are_one_clear_error(tmp_path, value, message):
     with pytest.raises(ConfigError, match=message):
         Trainer(fake_config(steps=1, log_with=value), tmp_path / "run", log=quiet)

@@ -25,9 +25,23 @@ PROMPTS = ["a red circle", "a blue square", "two green triangles"]
 
 
 def fake_config(**overrides) -> TrainConfig:
-    cfg = TrainConfig(policy="fake", scorer="left-brightness", decomposer="fake", projector="spatial",
-                      prompts=list(PROMPTS), group_size=8, prompts_per_step=2, num_steps=6, window_start=0,
-                      window_size=3, lr=0.05, clip_range=0.2, steps=30, sample_every=10, checkpoint_every=10)
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="left-brightness",
+        decomposer="fake",
+        projector="spatial",
+        prompts=list(PROMPTS),
+        group_size=8,
+        prompts_per_step=2,
+        num_steps=6,
+        window_start=0,
+        window_size=3,
+        lr=0.05,
+        clip_range=0.2,
+        steps=30,
+        sample_every=10,
+        checkpoint_every=10,
+    )
     for k, v in overrides.items():
         setattr(cfg, k, v)
     return cfg
@@ -55,8 +69,19 @@ def test_spatial_reward_goes_up_and_run_directory_is_complete(tmp_path):
     assert (run / "config.toml").is_file()
     assert sorted(p.name for p in (run / "samples").iterdir()) == ["step-00010.png", "step-00020.png", "step-00030.png"]
     assert [p.name for p in checkpoint_dirs(run)] == ["step-00010", "step-00020", "step-00030"]
-    for key in ("loss", "clip_fraction", "approx_kl", "ratio_mean", "reward_am", "saturated_fraction",
-                "pass_object", "pass_count", "step_time_s", "peak_memory_mb", "images_per_s"):
+    for key in (
+        "loss",
+        "clip_fraction",
+        "approx_kl",
+        "ratio_mean",
+        "reward_am",
+        "saturated_fraction",
+        "pass_object",
+        "pass_count",
+        "step_time_s",
+        "peak_memory_mb",
+        "images_per_s",
+    ):
         assert key in m[-1], key
 
 
@@ -88,14 +113,49 @@ def test_resume_is_bit_identical(tmp_path):
 
 def test_sigkill_then_resume_matches_a_straight_run(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    args = ["--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness", "--decomposer", "fake", "--projector", "spatial",
-            "--set", f"prompts={json.dumps(PROMPTS)}", "--set", "group_size=8", "--set", "num_steps=6",
-            "--set", "window_size=3", "--set", "lr=0.05", "--set", "clip_range=0.2", "--set", "checkpoint_every=1",
-            "--set", "sample_every=0", "--set", "ema=0.99", "--steps", "150"]  # 0.99: remembers past the kill
+    args = [
+        "--plugin",
+        "cast",
+        "--window",
+        "none",
+        "--policy",
+        "fake",
+        "--scorer",
+        "left-brightness",
+        "--decomposer",
+        "fake",
+        "--projector",
+        "spatial",
+        "--set",
+        f"prompts={json.dumps(PROMPTS)}",
+        "--set",
+        "group_size=8",
+        "--set",
+        "num_steps=6",
+        "--set",
+        "window_size=3",
+        "--set",
+        "lr=0.05",
+        "--set",
+        "clip_range=0.2",
+        "--set",
+        "checkpoint_every=1",
+        "--set",
+        "sample_every=0",
+        "--set",
+        "ema=0.99",
+        "--steps",
+        "150",
+    ]  # 0.99: remembers past the kill
     code = "from cast_core.cli import main; main()"
-    subprocess.run([sys.executable, "-c", code, "train", *args, "--out", str(straight)], check=True, capture_output=True)
-    proc = subprocess.Popen([sys.executable, "-c", code, "train", *args, "--out", str(killed)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-c", code, "train", *args, "--out", str(straight)], check=True, capture_output=True
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "train", *args, "--out", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 60
     while time.time() < deadline and not (killed / "checkpoints" / "step-00020").exists():
         time.sleep(0.01)
@@ -193,8 +253,18 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
     recipe = get_recipe("flow-grpo")
     cfg = fake_config(projector=recipe.projector, steps=1)
     cfg.update(dict(recipe.settings), "recipe")
-    cfg.update({"group_size": 6, "num_steps": 10, "beta": 0.0, "clip_range": 0.05, "window": None,
-                "window_start": 0, "window_size": 9}, "test")  # late steps: large ratios, clipping active
+    cfg.update(
+        {
+            "group_size": 6,
+            "num_steps": 10,
+            "beta": 0.0,
+            "clip_range": 0.05,
+            "window": None,
+            "window_start": 0,
+            "window_size": 9,
+        },
+        "test",
+    )  # late steps: large ratios, clipping active
     trainer = Trainer(cfg, tmp_path / "run", log=quiet)
     prompts = trainer.pick_prompts(0)
     rollout = trainer.rollout(prompts, trainer.window_for(0, prompts), 0)
@@ -209,8 +279,15 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
     for t, i in enumerate(rollout.step_indices):
         with torch.no_grad():
             v = trainer.policy.velocity(rollout.latents[:, t], rollout.sigmas[i], rollout.conditioning)
-            lp = sde_step(v, rollout.latents[:, t], rollout.sigmas[i], rollout.sigmas[i + 1], cfg.eta,
-                          sigma_max=rollout.sigmas[1], prev_sample=rollout.next_latents[:, t]).log_prob
+            lp = sde_step(
+                v,
+                rollout.latents[:, t],
+                rollout.sigmas[i],
+                rollout.sigmas[i + 1],
+                cfg.eta,
+                sigma_max=rollout.sigmas[1],
+                prev_sample=rollout.next_latents[:, t],
+            ).log_prob
         r = np.exp(lp.mean(dim=(1, 2)).numpy().astype(np.float64) - rollout.log_probs[:, t].mean(1).numpy())
         unclipped, clipped = -a * r, -a * np.clip(r, 1 - cfg.clip_range, 1 + cfg.clip_range)
         expected.append(np.mean(np.maximum(unclipped, clipped)))
@@ -225,7 +302,10 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
         (["--set", "lrr=1"], "--set: unknown config key 'lrr'. Did you mean 'lr'?"),
         (["--set", "lr=-1"], "config key 'lr': value -1.0 is out of range (0.0, 1.0]"),
         (["--set", "group_size=abc"], "--set: config key 'group_size' must be int, got 'abc'"),
-        (["--set", "ratio_mode=token"], "config key 'ratio_mode': 'token' is not allowed; choose one of 'position', 'sample'"),
+        (
+            ["--set", "ratio_mode=token"],
+            "config key 'ratio_mode': 'token' is not allowed; choose one of 'position', 'sample'",
+        ),
         (["--set", "lr"], "--set 'lr': expected KEY=VALUE"),
         (["--config", "nope.toml"], "config file nope.toml does not exist"),
         (["--policy", "flux3"], "Unknown policy 'flux3'. Choose one of: "),
@@ -233,7 +313,9 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
     ],
 )
 def test_config_errors_are_one_clear_line(args, message, tmp_path):
-    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--window", "none", "--out", str(tmp_path / "r"), *args])
+    out = CliRunner().invoke(
+        cli, ["train", "--plugin", "cast", "--window", "none", "--out", str(tmp_path / "r"), *args]
+    )
     assert out.exit_code != 0
     assert message in out.output, out.output
     assert "Traceback" not in out.output
@@ -258,9 +340,32 @@ def test_config_toml_round_trips(tmp_path):
 
 def test_cast_train_cli_with_fake_components(tmp_path):
     run = tmp_path / "run"
-    out = CliRunner().invoke(cli, ["train", "--plugin", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness",
-                                   "--decomposer", "fake", "--set", "group_size=4", "--set", 'prompts=["a dog"]',
-                                   "--set", "prompts_per_step=1", "--steps", "3", "--out", str(run)])
+    out = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--plugin",
+            "cast",
+            "--window",
+            "none",
+            "--policy",
+            "fake",
+            "--scorer",
+            "left-brightness",
+            "--decomposer",
+            "fake",
+            "--set",
+            "group_size=4",
+            "--set",
+            'prompts=["a dog"]',
+            "--set",
+            "prompts_per_step=1",
+            "--steps",
+            "3",
+            "--out",
+            str(run),
+        ],
+    )
     assert out.exit_code == 0, out.output
     assert "run directory:" in out.output and len(metrics(run)) == 3
 
@@ -278,14 +383,31 @@ def test_policy_opt_reaches_the_policy_factory(tmp_path):
     """`--policy-opt` passes factory arguments (a device, a LoRA rank, here the fake's image size),
     and a malformed one is refused with the expected form."""
     target = tmp_path / "s.png"
-    out = CliRunner().invoke(cli, ["sample", "--policy", "fake", "--prompt", "a dog", "-n", "3", "--out", str(target),
-                                   "--policy-opt", "image_size=[8, 8]", "--policy-opt", "patch=2"])
+    out = CliRunner().invoke(
+        cli,
+        [
+            "sample",
+            "--policy",
+            "fake",
+            "--prompt",
+            "a dog",
+            "-n",
+            "3",
+            "--out",
+            str(target),
+            "--policy-opt",
+            "image_size=[8, 8]",
+            "--policy-opt",
+            "patch=2",
+        ],
+    )
     assert out.exit_code == 0, out.output
     from PIL import Image
 
     assert Image.open(target).size == (24, 8)
-    bad = CliRunner().invoke(cli, ["sample", "--policy", "fake", "--prompt", "a dog", "--out", str(target),
-                                   "--policy-opt", "image_size"])
+    bad = CliRunner().invoke(
+        cli, ["sample", "--policy", "fake", "--prompt", "a dog", "--out", str(target), "--policy-opt", "image_size"]
+    )
     assert bad.exit_code != 0 and "--policy-opt 'image_size': expected KEY=VALUE" in bad.output
 
 
@@ -359,7 +481,9 @@ def test_block_noise_trains_on_policy_and_explores_block_constant_moves(tmp_path
     out = trainer.rollout(PROMPTS[:2], window, 0)
     sig = out.sigmas
     for t, si in enumerate(out.step_indices):
-        step = trainer.updater.log_prob(out.latents[:, t], out.next_latents[:, t], sig[si], sig[si + 1], out.conditioning, sig[1])
+        step = trainer.updater.log_prob(
+            out.latents[:, t], out.next_latents[:, t], sig[si], sig[si + 1], out.conditioning, sig[1]
+        )
         move = (out.next_latents[:, t] - step.mean).detach()
         torch.testing.assert_close(move, block_mean(move, 4), atol=1e-5, rtol=0)
         assert float(move.abs().max()) > 0

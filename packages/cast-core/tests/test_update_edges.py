@@ -34,8 +34,13 @@ def capture(tmp_path) -> dict:
     box = {}
 
     def spy(rollout, scored):
-        box.update(rollout=rollout, rows=list(scored.rows), ids=list(scored.ids), advantages=scored.advantages.clone(),
-                   all_ids=[(v.index, g) for v in scored.kept for g in range(trainer.config.group_size)])
+        box.update(
+            rollout=rollout,
+            rows=list(scored.rows),
+            ids=list(scored.ids),
+            advantages=scored.advantages.clone(),
+            all_ids=[(v.index, g) for v in scored.kept for g in range(trainer.config.group_size)],
+        )
         return {}
 
     trainer.update = spy
@@ -43,8 +48,7 @@ def capture(tmp_path) -> dict:
     return box
 
 
-def fresh(tmp_path, name: str, *, dist=None, trap=False, optimizer=None, ddp=False,
-          **cfg) -> PolicyUpdate:
+def fresh(tmp_path, name: str, *, dist=None, trap=False, optimizer=None, ddp=False, **cfg) -> PolicyUpdate:
     """An updater on a policy with the captured trainer's weights (same seed, same perturbation),
     plain SGD unless told otherwise."""
     tr = Trainer(fake_config(steps=1, sample_every=0, **cfg), tmp_path / f"{name}-{next(_DIRS)}", log=quiet)
@@ -56,16 +60,31 @@ def fresh(tmp_path, name: str, *, dist=None, trap=False, optimizer=None, ddp=Fal
         module = tr.policy.field
         module.no_sync = contextlib.nullcontext
         dist.accelerator.attach(module, params)
-    return PolicyUpdate(tr.config, policy, params, optimizer or torch.optim.SGD(params, lr=LR),
-                        dist or Distributed(), module=module, autocast=contextlib.nullcontext,
-                        image_size=tr.image_size, log=quiet, ema=None)
+    return PolicyUpdate(
+        tr.config,
+        policy,
+        params,
+        optimizer or torch.optim.SGD(params, lr=LR),
+        dist or Distributed(),
+        module=module,
+        autocast=contextlib.nullcontext,
+        image_size=tr.image_size,
+        log=quiet,
+        ema=None,
+    )
 
 
 def run(up: PolicyUpdate, box: dict, step: int = 0, advantages=None, rows=None, ids=None) -> dict:
     """The update's metrics, with its count of skipped minibatches as ``skipped``."""
     adv = box["advantages"] if advantages is None else advantages
-    metrics, skipped = up.run(box["rollout"], box["rows"] if rows is None else rows, box["ids"] if ids is None else ids, adv,
-                  box["all_ids"], step)
+    metrics, skipped = up.run(
+        box["rollout"],
+        box["rows"] if rows is None else rows,
+        box["ids"] if ids is None else ids,
+        adv,
+        box["all_ids"],
+        step,
+    )
     return {**metrics, "skipped": skipped}
 
 
@@ -157,16 +176,21 @@ def test_two_ranks_update_exactly_as_one_process(tmp_path, ratio_mode, path):
     expected_metrics = run(single, box, step=3)
     hub = _Hub(2)
     ddp = path == "ddp"
-    ranks = [fresh(tmp_path, f"rank{r}", dist=ThreadRank(r, 2, hub, DDPAccelerator(r, 2, hub) if ddp else None),
-                   ddp=ddp, **cfg) for r in range(2)]
+    ranks = [
+        fresh(
+            tmp_path, f"rank{r}", dist=ThreadRank(r, 2, hub, DDPAccelerator(r, 2, hub) if ddp else None), ddp=ddp, **cfg
+        )
+        for r in range(2)
+    ]
     half = len(box["rows"]) // 2
     results, errors = [None, None], []
 
     def work(r):
         try:
             sl = slice(r * half, (r + 1) * half)
-            results[r] = run(ranks[r], box, step=3, advantages=box["advantages"][sl], rows=box["rows"][sl],
-                             ids=box["ids"][sl])
+            results[r] = run(
+                ranks[r], box, step=3, advantages=box["advantages"][sl], rows=box["rows"][sl], ids=box["ids"][sl]
+            )
         except BaseException as err:  # surfaced below; a dead thread would hang the other at a barrier
             errors.append(err)
             hub.barrier.abort()

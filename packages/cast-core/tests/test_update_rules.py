@@ -63,8 +63,9 @@ def independent_kl(policy, rollout, eta: float) -> float:
 
 @pytest.mark.parametrize("window_start", [0, 2])  # σ = 1 (the sigma_max guard) and an inner window
 def test_kl_metric_is_the_scaled_gaussian_kl_to_the_adapter_free_field(tmp_path, window_start):
-    trainer = Trainer(fake_config(beta=0.3, steps=1, sample_every=0, window_start=window_start), tmp_path / "r",
-                      log=quiet)
+    trainer = Trainer(
+        fake_config(beta=0.3, steps=1, sample_every=0, window_start=window_start), tmp_path / "r", log=quiet
+    )
     perturbed(trainer)
     box = captured_rollout(trainer)
     expected = None
@@ -85,8 +86,11 @@ def test_kl_metric_is_the_scaled_gaussian_kl_to_the_adapter_free_field(tmp_path,
 def test_the_kl_penalty_pulls_the_adapter_back_to_the_reference(tmp_path):
     """Constant rewards give zero advantages, so only the KL term moves the weights: with
     β > 0 the adapter's distance to the reference (B·A and ΔP) must shrink, step after step."""
-    trainer = Trainer(fake_config(scorer="constant", beta=1.0, steps=4, sample_every=0, lr=0.01, max_grad_norm=0.0),
-                      tmp_path / "r", log=quiet)
+    trainer = Trainer(
+        fake_config(scorer="constant", beta=1.0, steps=4, sample_every=0, lr=0.01, max_grad_norm=0.0),
+        tmp_path / "r",
+        log=quiet,
+    )
     perturbed(trainer, 0.2)
 
     def distance():
@@ -100,8 +104,9 @@ def test_the_kl_penalty_pulls_the_adapter_back_to_the_reference(tmp_path):
     assert all(b < a for a, b in zip(distances, distances[1:])), distances
     assert all(b < a for a, b in zip(kls, kls[1:])), kls
     # and without the penalty, zero advantages leave the weights where they are
-    still = Trainer(fake_config(scorer="constant", beta=0.0, steps=1, sample_every=0, lr=0.01), tmp_path / "s",
-                    log=quiet)
+    still = Trainer(
+        fake_config(scorer="constant", beta=0.0, steps=1, sample_every=0, lr=0.01), tmp_path / "s", log=quiet
+    )
     before = [p.detach().clone() for p in still.params]
     still.train_step()
     assert all(torch.equal(b, p) for b, p in zip(before, still.params))
@@ -153,8 +158,9 @@ def test_clipping_brings_the_global_norm_to_the_limit(tmp_path):
     perturbed(loose)
     norms.clear()
     real_loose = loose.optimizer.step
-    loose.optimizer.step = lambda *a, **k: norms.append(
-        float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in loose.params)))) or real_loose(*a, **k)
+    loose.optimizer.step = lambda *a, **k: (
+        norms.append(float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in loose.params)))) or real_loose(*a, **k)
+    )
     m = loose.train_step()
     assert norms == [pytest.approx(m["grad_norm"], rel=1e-5)]
 
@@ -162,8 +168,7 @@ def test_clipping_brings_the_global_norm_to_the_limit(tmp_path):
 def test_each_optimizer_step_sees_the_configured_samples_once_per_epoch(tmp_path):
     """16 samples, minibatch 4, 3 epochs: 12 optimizer steps; each epoch covers every sample
     exactly once; epoch 0 is in sampling order, later epochs are shuffled and differ."""
-    trainer = Trainer(fake_config(minibatch_size=4, inner_epochs=3, steps=1, sample_every=0), tmp_path / "r",
-                      log=quiet)
+    trainer = Trainer(fake_config(minibatch_size=4, inner_epochs=3, steps=1, sample_every=0), tmp_path / "r", log=quiet)
     seen = []
     real_accumulate = trainer.updater._accumulate
 
@@ -178,7 +183,7 @@ def test_each_optimizer_step_sees_the_configured_samples_once_per_epoch(tmp_path
     assert trainer.updater.optimizer_steps - steps_before == 12
     assert all(len(c) == 4 for c in seen) and len(seen) == 12
     all_ids = sorted((p, g) for p in range(2) for g in range(8))
-    epochs = [sum(seen[4 * e:4 * e + 4], []) for e in range(3)]
+    epochs = [sum(seen[4 * e : 4 * e + 4], []) for e in range(3)]
     for order in epochs:
         assert sorted(order) == all_ids  # each sample once per epoch
     assert epochs[0] == all_ids  # sampling order first

@@ -19,16 +19,32 @@ def tiny_pickscore():
     from cast_rewards.tiny_vlm import tiny_qwen3_vl
 
     torch.manual_seed(0)
-    config = CLIPConfig(text_config=dict(vocab_size=300, hidden_size=32, intermediate_size=37, num_hidden_layers=1,
-                                         num_attention_heads=2, max_position_embeddings=77),
-                        vision_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=1,
-                                           num_attention_heads=2, image_size=32, patch_size=8), projection_dim=16,
-                        logit_scale_init_value=4.0)
+    config = CLIPConfig(
+        text_config=dict(
+            vocab_size=300,
+            hidden_size=32,
+            intermediate_size=37,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=37,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
+        projection_dim=16,
+        logit_scale_init_value=4.0,
+    )
     model = CLIPModel(config).eval()
     tokenizer = tiny_qwen3_vl()[1].tokenizer  # an offline byte-level tokenizer (ids < 300)
-    processor = CLIPProcessor(image_processor=CLIPImageProcessor(size={"shortest_edge": 32},
-                                                                 crop_size={"height": 32, "width": 32}),
-                              tokenizer=tokenizer)
+    processor = CLIPProcessor(
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}),
+        tokenizer=tokenizer,
+    )
     return model, processor
 
 
@@ -36,12 +52,16 @@ def tiny_open_clip():
     from open_clip.model import CLIP
 
     torch.manual_seed(0)
-    model = CLIP(embed_dim=16, vision_cfg={"layers": 1, "width": 32, "head_width": 16, "patch_size": 8, "image_size": 32},
-                 text_cfg={"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1})
+    model = CLIP(
+        embed_dim=16,
+        vision_cfg={"layers": 1, "width": 32, "head_width": 16, "patch_size": 8, "image_size": 32},
+        text_cfg={"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1},
+    )
 
     def tokenizer(texts):  # words hashed into the tiny vocabulary, padded to the context
         rows = [[1 + sum(map(ord, w)) % 62 for w in t.split()][:8] for t in texts]
         return torch.tensor([r + [0] * (8 - len(r)) for r in rows])
+
     return model, tokenizer
 
 
@@ -58,8 +78,9 @@ def test_pickscore_is_transformers_clip_logit_over_26():
 
     pil = [Image.fromarray((im.permute(1, 2, 0).numpy() * 255).round().astype("uint8")) for im in imgs]
     with torch.no_grad():
-        out = model(**processor(images=pil, return_tensors="pt"),
-                    **processor(text=PROMPTS, padding=True, return_tensors="pt"))
+        out = model(
+            **processor(images=pil, return_tensors="pt"), **processor(text=PROMPTS, padding=True, return_tensors="pt")
+        )
     raw = out.logits_per_image.diag() / PICKSCORE_SCALE
     torch.testing.assert_close(judge.prompt_scores(imgs, PROMPTS, clamp=False), raw, atol=1e-6, rtol=0)
     expected = raw.clamp(0, 1)

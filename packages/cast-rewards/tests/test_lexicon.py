@@ -16,10 +16,18 @@ def test_count_words_cover_a_an_and_one_to_ten():
 
 def test_documented_spatial_phrases_and_canonical_forms():
     assert SPATIAL_PHRASES == {
-        "left of": "left of", "to the left of": "left of",
-        "right of": "right of", "to the right of": "right of",
-        "above": "above", "below": "below", "on top of": "on top of", "under": "under",
-        "in front of": "in front of", "behind": "behind", "next to": "next to", "near": "near",
+        "left of": "left of",
+        "to the left of": "left of",
+        "right of": "right of",
+        "to the right of": "right of",
+        "above": "above",
+        "below": "below",
+        "on top of": "on top of",
+        "under": "under",
+        "in front of": "in front of",
+        "behind": "behind",
+        "next to": "next to",
+        "near": "near",
     }
 
 
@@ -68,6 +76,7 @@ def test_bad_extensions_are_clear_errors(kwargs, fragment):
 
 
 def test_repeating_a_known_phrase_identically_is_fine():
-    assert Lexicon(verbs=["chasing"], relations={"to the left of": "left of"}).match_relation(
-        ["chasing"], 0
-    ).canonical == "chasing"
+    assert (
+        Lexicon(verbs=["chasing"], relations={"to the left of": "left of"}).match_relation(["chasing"], 0).canonical
+        == "chasing"
+    )

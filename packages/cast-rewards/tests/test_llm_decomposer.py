@@ -67,7 +67,9 @@ def test_results_are_cached_on_disk_by_model_and_prompt(tmp_path):
 def test_the_prompt_is_kept_even_if_the_model_rewrites_it(tmp_path):
     answer = json.loads(graph_text("a red cat"))
     answer["prompt"] = "A red cat."
-    graph = LLMDecomposer(generate=Scripted(json.dumps(answer)), cache_dir=tmp_path, model_id="fake").decompose("a red cat")
+    graph = LLMDecomposer(generate=Scripted(json.dumps(answer)), cache_dir=tmp_path, model_id="fake").decompose(
+        "a red cat"
+    )
     assert graph.prompt == "a red cat"
 
 
@@ -84,8 +86,9 @@ class TestLLMDecomposerConformance(AtomDecomposerConformance):
     def make_decomposer(self):
         import tempfile
 
-        return LLMDecomposer(generate=lambda messages: graph_text(messages[-1]["content"]),
-                             cache_dir=tempfile.mkdtemp(), model_id="echo")
+        return LLMDecomposer(
+            generate=lambda messages: graph_text(messages[-1]["content"]), cache_dir=tempfile.mkdtemp(), model_id="echo"
+        )
 
 
 def test_generate_needs_a_model_id():

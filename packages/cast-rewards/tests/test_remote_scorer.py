@@ -23,8 +23,12 @@ CLI = [sys.executable, "-c", "from cast_core.cli import main; main()"]
 
 def start_server(scorer="left-brightness", *extra):
     port = free_port()
-    proc = subprocess.Popen([*CLI, "serve-scorer", "--scorer", scorer, "--port", str(port), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "serve-scorer", "--scorer", scorer, "--port", str(port), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -127,10 +131,20 @@ def test_training_stops_on_an_unreachable_judge(tmp_path):
     from cast_core.trainer import Trainer
 
     dead = f"http://127.0.0.1:{free_port()}"
-    cfg = TrainConfig(policy="fake", scorer="remote", scorer_kwargs={"url": dead, "timeout": 2, "retries": 1,
-                                                                     "backoff": 0.05},
-                      decomposer="fake", prompts=["a red circle"], group_size=2, prompts_per_step=1, num_steps=4,
-                      window_start=0, window_size=2, steps=1, sample_every=0).validate()
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="remote",
+        scorer_kwargs={"url": dead, "timeout": 2, "retries": 1, "backoff": 0.05},
+        decomposer="fake",
+        prompts=["a red circle"],
+        group_size=2,
+        prompts_per_step=1,
+        num_steps=4,
+        window_start=0,
+        window_size=2,
+        steps=1,
+        sample_every=0,
+    ).validate()
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     with pytest.raises(ScorerUnavailable, match="did not answer after 2 tries"):
         trainer.run()

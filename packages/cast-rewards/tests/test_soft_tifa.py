@@ -44,8 +44,9 @@ def test_soft_score_is_the_first_token_mass_of_generate():
     for i, graph in enumerate(graphs):
         for k, atom in enumerate(graph.atoms):
             enc = judge._encode([_to_pil(imgs[i])], [question_for(atom)])
-            out = judge.model.generate(**enc, max_new_tokens=1, do_sample=False, output_scores=True,
-                                       return_dict_in_generate=True)
+            out = judge.model.generate(
+                **enc, max_new_tokens=1, do_sample=False, output_scores=True, return_dict_in_generate=True
+            )
             probs = out.scores[0][0].float().softmax(-1)
             ids = [judge.tokenizer.encode(a, add_special_tokens=False)[0] for a in accepted_answers(atom)]
             expected = float(probs[list(dict.fromkeys(ids))].sum())
@@ -125,6 +126,7 @@ def test_heatmap_lands_on_the_planted_image_token(size, cell):
                         where = (judge._last_ids[r] == judge.image_token_id).nonzero()[:, 0]
                         row[r, where[cell]] = 1.0
                     rows[i] = row
+
         return Plant()
 
     original_encode = judge._encode
@@ -207,16 +209,50 @@ def test_cast_score_with_a_saved_judge(tmp_path):
     model.save_pretrained(tmp_path / "judge")
     processor.save_pretrained(tmp_path / "judge")
     Image.fromarray((torch.rand(32, 48, 3).numpy() * 255).astype("uint8")).save(tmp_path / "img.png")
-    out = subprocess.run([sys.executable, "-c", "from cast_core.cli import main; main()", "score", str(tmp_path / "img.png"),
-                          "--prompt", "two red circles left of a blue square", "--scorer", "soft-tifa",
-                          "--set", f"scorer_kwargs.path={tmp_path / 'judge'}", "--set", 'scorer_kwargs.device="cpu"',
-                          "--json", "--heatmaps", str(tmp_path / "maps")], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cast_core.cli import main; main()",
+            "score",
+            str(tmp_path / "img.png"),
+            "--prompt",
+            "two red circles left of a blue square",
+            "--scorer",
+            "soft-tifa",
+            "--set",
+            f"scorer_kwargs.path={tmp_path / 'judge'}",
+            "--set",
+            'scorer_kwargs.device="cpu"',
+            "--json",
+            "--heatmaps",
+            str(tmp_path / "maps"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     record = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(record["atoms"]) == 7 and all(0 <= a["score"] <= 1 for a in record["atoms"])
     assert (tmp_path / "maps" / "img.heatmaps.png").is_file()
-    bad = subprocess.run([sys.executable, "-c", "from cast_core.cli import main; main()", "score", str(tmp_path / "img.png"),
-                          "--prompt", "a cat", "--scorer", "soft-tifa", "--set", "path=x"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cast_core.cli import main; main()",
+            "score",
+            str(tmp_path / "img.png"),
+            "--prompt",
+            "a cat",
+            "--scorer",
+            "soft-tifa",
+            "--set",
+            "path=x",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode != 0 and "this command takes scorer_kwargs.KEY=VALUE" in bad.stderr
 
 
@@ -229,9 +265,21 @@ def test_a_training_step_with_the_judges_heatmaps(tmp_path):
     model, processor = tiny_qwen3_vl()
     model.save_pretrained(tmp_path / "judge")
     processor.save_pretrained(tmp_path / "judge")
-    cfg = TrainConfig(policy="fake", scorer="soft-tifa", scorer_kwargs={"path": str(tmp_path / "judge"), "device": "cpu"},
-                      decomposer="template", projector="spatial", prompts=["a red cat", "two blue dogs"], group_size=2,
-                      prompts_per_step=2, num_steps=4, window_start=0, window_size=2, steps=1, sample_every=0).validate()
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="soft-tifa",
+        scorer_kwargs={"path": str(tmp_path / "judge"), "device": "cpu"},
+        decomposer="template",
+        projector="spatial",
+        prompts=["a red cat", "two blue dogs"],
+        group_size=2,
+        prompts_per_step=2,
+        num_steps=4,
+        window_start=0,
+        window_size=2,
+        steps=1,
+        sample_every=0,
+    ).validate()
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     trainer.run()
     assert trainer.counters["scorer_failures"] == 0 and trainer.step == 1

@@ -20,34 +20,49 @@ DEC = TemplateDecomposer()
 
 def nouns_and_attributes(prompt):
     g = DEC.decompose(prompt)
-    return [(e.noun, e.count, sorted(a.value for a in g.atoms if a.kind == "attribute" and a.entity == e.id))
-            for e in g.entities]
+    return [
+        (e.noun, e.count, sorted(a.value for a in g.atoms if a.kind == "attribute" and a.entity == e.id))
+        for e in g.entities
+    ]
 
 
-@pytest.mark.parametrize("prompt,word", [
-    ("a man with a puppet", "with"), ("a clock with no hands", "with"), ("a heart made of chocolate", "of"),
-    ("a cat's tail under a couch", "cat's"), ("a goat wearing headphones", "wearing"),
-    ("three black cats standing next to two orange cats", "standing"), ("a half empty bottle", "half"),
-    ("a diagram of the solar system", "of"), ("a volcano with lava", "with"), ("a banana without its peel", "without"),
-    ("a fog", "fog"), ("a thick fog", "fog"),  # a mass noun: "How many fogs…?" cannot be checked
-])
+@pytest.mark.parametrize(
+    "prompt,word",
+    [
+        ("a man with a puppet", "with"),
+        ("a clock with no hands", "with"),
+        ("a heart made of chocolate", "of"),
+        ("a cat's tail under a couch", "cat's"),
+        ("a goat wearing headphones", "wearing"),
+        ("three black cats standing next to two orange cats", "standing"),
+        ("a half empty bottle", "half"),
+        ("a diagram of the solar system", "of"),
+        ("a volcano with lava", "with"),
+        ("a banana without its peel", "without"),
+        ("a fog", "fog"),
+        ("a thick fog", "fog"),  # a mass noun: "How many fogs…?" cannot be checked
+    ],
+)
 def test_words_without_a_role_are_refused_by_name(prompt, word):
     with pytest.raises(SceneGraphError, match=f"cannot place {word!r}"):
         DEC.decompose(prompt)
 
 
-@pytest.mark.parametrize("prompt,expected", [
-    ("a teddy bear", [("teddy bear", 1, [])]),
-    ("a hot air balloon", [("hot air balloon", 1, [])]),  # "hot" is an attribute word, not here
-    ("a red sport bike", [("sport bike", 1, ["red"])]),
-    ("two fire hydrants", [("fire hydrant", 2, [])]),
-    ("a bowl of pho", [("bowl of pho", 1, [])]),
-    ("a glass of water", [("glass of water", 1, [])]),  # a mass noun inside a container is fine
-    ("two cups of coffee", [("cup of coffee", 2, [])]),
-    ("a painting", [("painting", 1, [])]),  # a -ing noun that is a thing
-    ("five frosted glass bottles", [("frosted bottle", 5, ["glass"])]),
-    ("a toy car in front of a teddy bear", [("toy car", 1, []), ("teddy bear", 1, [])]),
-])
+@pytest.mark.parametrize(
+    "prompt,expected",
+    [
+        ("a teddy bear", [("teddy bear", 1, [])]),
+        ("a hot air balloon", [("hot air balloon", 1, [])]),  # "hot" is an attribute word, not here
+        ("a red sport bike", [("sport bike", 1, ["red"])]),
+        ("two fire hydrants", [("fire hydrant", 2, [])]),
+        ("a bowl of pho", [("bowl of pho", 1, [])]),
+        ("a glass of water", [("glass of water", 1, [])]),  # a mass noun inside a container is fine
+        ("two cups of coffee", [("cup of coffee", 2, [])]),
+        ("a painting", [("painting", 1, [])]),  # a -ing noun that is a thing
+        ("five frosted glass bottles", [("frosted bottle", 5, ["glass"])]),
+        ("a toy car in front of a teddy bear", [("toy car", 1, []), ("teddy bear", 1, [])]),
+    ],
+)
 def test_compounds_containers_and_attributes(prompt, expected):
     assert nouns_and_attributes(prompt) == expected
 
@@ -76,11 +91,15 @@ def test_no_attribute_is_ever_a_function_word():
     relations = ["left of", "above", "next to", "chasing", "riding"]
     parsed = 0
     for _ in range(3000):
+
         def phrase():
-            words = [rng.choice(["a", "two", "three"])] + rng.sample(adjectives, rng.randint(0, 2)) + [rng.choice(nouns)]
+            words = (
+                [rng.choice(["a", "two", "three"])] + rng.sample(adjectives, rng.randint(0, 2)) + [rng.choice(nouns)]
+            )
             if rng.random() < 0.5:
                 words.insert(rng.randint(1, len(words)), rng.choice(distractors))
             return " ".join(words)
+
         prompt = phrase() + (f" {rng.choice(relations)} {phrase()}" if rng.random() < 0.5 else "")
         try:
             graph = DEC.decompose(prompt)
@@ -119,9 +138,24 @@ def test_auto_with_a_failing_llm_falls_to_the_prompt_level(tmp_path):
 
 
 def test_cast_decompose_stats():
-    out = subprocess.run([sys.executable, "-c", "from cast_core.cli import main; main()", "decompose", "--stats",
-                          "--json", "-d", "auto", "a red cat", "two dogs left of a blue car", "a man with a puppet"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cast_core.cli import main; main()",
+            "decompose",
+            "--stats",
+            "--json",
+            "-d",
+            "auto",
+            "a red cat",
+            "two dogs left of a blue car",
+            "a man with a puppet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     stats = json.loads(out.stdout)
     assert stats["prompts"] == 3 and stats["paths"] == {"template": 2, "prompt-level": 1}
@@ -132,9 +166,20 @@ def test_a_run_counts_how_its_prompts_were_decomposed(tmp_path):
     from cast_core.config import TrainConfig
     from cast_core.trainer import Trainer
 
-    cfg = TrainConfig(policy="fake", scorer="left-brightness", decomposer="auto", projector="spatial",
-                      prompts=["a red circle", "a man with a puppet"], group_size=2, prompts_per_step=2, num_steps=4,
-                      window_start=0, window_size=2, steps=1, sample_every=0).validate()
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="left-brightness",
+        decomposer="auto",
+        projector="spatial",
+        prompts=["a red circle", "a man with a puppet"],
+        group_size=2,
+        prompts_per_step=2,
+        num_steps=4,
+        window_start=0,
+        window_size=2,
+        steps=1,
+        sample_every=0,
+    ).validate()
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     with pytest.warns(UserWarning):
         trainer.run()

@@ -36,8 +36,14 @@ def expected(prompt, entities, relations=()):
         for attr in attrs:
             add(kind="attribute", entity=eid, value=attr, parents=[obj])
     for s, phrase, o, skill in relations:
-        add(kind="relation", entity=f"e{s + 1}", value=phrase, other=f"e{o + 1}", skill=skill,
-            parents=[objects[s], objects[o]])
+        add(
+            kind="relation",
+            entity=f"e{s + 1}",
+            value=phrase,
+            other=f"e{o + 1}",
+            skill=skill,
+            parents=[objects[s], objects[o]],
+        )
     return {"prompt": prompt, "entities": ents, "atoms": atoms}
 
 
@@ -68,8 +74,10 @@ TABLE = [
     ("a glass and a bus", [("glass", 1, []), ("bus", 1, [])]),
     # lists with commas and/or "and"
     ("a cat and a dog", [("cat", 1, []), ("dog", 1, [])]),
-    ("a red circle, two blue squares and a green triangle",
-     [("circle", 1, ["red"]), ("square", 2, ["blue"]), ("triangle", 1, ["green"])]),
+    (
+        "a red circle, two blue squares and a green triangle",
+        [("circle", 1, ["red"]), ("square", 2, ["blue"]), ("triangle", 1, ["green"])],
+    ),
     ("a cat, a dog, and a bird", [("cat", 1, []), ("dog", 1, []), ("bird", 1, [])]),
     ("a cat, a dog, a bird", [("cat", 1, []), ("dog", 1, []), ("bird", 1, [])]),
     # every spatial phrase, canonicalised
@@ -88,28 +96,44 @@ TABLE = [
     # verb phrases
     ("a dog playing with a ball", [("dog", 1, []), ("ball", 1, [])], [(0, "playing with", 1, V)]),
     ("a cat chasing two mice", [("cat", 1, []), ("mouse", 2, [])], [(0, "chasing", 1, V)]),
-    ("a brown horse jumping over a fence", [("horse", 1, ["brown"]), ("fence", 1, [])],
-     [(0, "jumping over", 1, V)]),
+    ("a brown horse jumping over a fence", [("horse", 1, ["brown"]), ("fence", 1, [])], [(0, "jumping over", 1, V)]),
     # chains: each relation attaches to the phrase just before it
-    ("five candles under three croissants to the right of a green flower",
-     [("candle", 5, []), ("croissant", 3, []), ("flower", 1, ["green"])],
-     [(0, "under", 1, P), (1, "right of", 2, P)]),
-    ("a cup on top of a book next to a lamp behind a vase",
-     [("cup", 1, []), ("book", 1, []), ("lamp", 1, []), ("vase", 1, [])],
-     [(0, "on top of", 1, P), (1, "next to", 2, P), (2, "behind", 3, P)]),
-    ("a dog chasing a cat above a wall",
-     [("dog", 1, []), ("cat", 1, []), ("wall", 1, [])], [(0, "chasing", 1, V), (1, "above", 2, P)]),
+    (
+        "five candles under three croissants to the right of a green flower",
+        [("candle", 5, []), ("croissant", 3, []), ("flower", 1, ["green"])],
+        [(0, "under", 1, P), (1, "right of", 2, P)],
+    ),
+    (
+        "a cup on top of a book next to a lamp behind a vase",
+        [("cup", 1, []), ("book", 1, []), ("lamp", 1, []), ("vase", 1, [])],
+        [(0, "on top of", 1, P), (1, "next to", 2, P), (2, "behind", 3, P)],
+    ),
+    (
+        "a dog chasing a cat above a wall",
+        [("dog", 1, []), ("cat", 1, []), ("wall", 1, [])],
+        [(0, "chasing", 1, V), (1, "above", 2, P)],
+    ),
     # relations mixed with lists
-    ("a red circle left of a blue square and two green triangles above a yellow star",
-     [("circle", 1, ["red"]), ("square", 1, ["blue"]), ("triangle", 2, ["green"]), ("star", 1, ["yellow"])],
-     [(0, "left of", 1, P), (2, "above", 3, P)]),
-    ("a cat, a dog chasing a ball and a bird",
-     [("cat", 1, []), ("dog", 1, []), ("ball", 1, []), ("bird", 1, [])], [(1, "chasing", 2, V)]),
-    ("a circle left of a square and a triangle",
-     [("circle", 1, []), ("square", 1, []), ("triangle", 1, [])], [(0, "left of", 1, P)]),
-    ("a circle left of a square, a square above a star",
-     [("circle", 1, []), ("square", 1, []), ("square", 1, []), ("star", 1, [])],
-     [(0, "left of", 1, P), (2, "above", 3, P)]),
+    (
+        "a red circle left of a blue square and two green triangles above a yellow star",
+        [("circle", 1, ["red"]), ("square", 1, ["blue"]), ("triangle", 2, ["green"]), ("star", 1, ["yellow"])],
+        [(0, "left of", 1, P), (2, "above", 3, P)],
+    ),
+    (
+        "a cat, a dog chasing a ball and a bird",
+        [("cat", 1, []), ("dog", 1, []), ("ball", 1, []), ("bird", 1, [])],
+        [(1, "chasing", 2, V)],
+    ),
+    (
+        "a circle left of a square and a triangle",
+        [("circle", 1, []), ("square", 1, []), ("triangle", 1, [])],
+        [(0, "left of", 1, P)],
+    ),
+    (
+        "a circle left of a square, a square above a star",
+        [("circle", 1, []), ("square", 1, []), ("square", 1, []), ("star", 1, [])],
+        [(0, "left of", 1, P), (2, "above", 3, P)],
+    ),
     # the same noun twice is two entities
     ("a circle left of a circle", [("circle", 1, []), ("circle", 1, [])], [(0, "left of", 1, P)]),
     # irregular and -es plurals
@@ -120,16 +144,22 @@ TABLE = [
     ("three fish under two boxes", [("fish", 3, []), ("box", 2, [])], [(0, "under", 1, P)]),
     ("four cherries", [("cherry", 4, [])]),
     # capitalisation, trailing period, extra spaces
-    ("Two Red Circles Left Of A Blue Square",
-     [("circle", 2, ["red"]), ("square", 1, ["blue"])], [(0, "left of", 1, P)]),
+    (
+        "Two Red Circles Left Of A Blue Square",
+        [("circle", 2, ["red"]), ("square", 1, ["blue"])],
+        [(0, "left of", 1, P)],
+    ),
     ("a red circle.", [("circle", 1, ["red"])]),
     ("  A dog   chasing a CAT .  ", [("dog", 1, []), ("cat", 1, [])], [(0, "chasing", 1, V)]),
     # optional lead-ins and "in the image"
     ("there are two dogs", [("dog", 2, [])]),
     ("There is a cat in the image.", [("cat", 1, [])]),
     ("a photo of a banana", [("banana", 1, [])]),
-    ("an image of two bananas next to a bowl in the picture",
-     [("banana", 2, []), ("bowl", 1, [])], [(0, "next to", 1, P)]),
+    (
+        "an image of two bananas next to a bowl in the picture",
+        [("banana", 2, []), ("bowl", 1, [])],
+        [(0, "next to", 1, P)],
+    ),
     # open vocabulary: hyphenated and unknown words are fine
     # a modifier outside the attribute lexicon is part of a compound noun, never an attribute
     ("a one-eyed purple t-shirt", [("one-eyed t-shirt", 1, ["purple"])]),
@@ -159,59 +189,139 @@ def test_design_example_exactly(dec):
     prompt = "two red circles left of a blue square"
     assert dec.decompose(prompt).to_dict() == {
         "prompt": "two red circles left of a blue square",
-        "entities": [{"id": "e1", "noun": "circle", "count": 2},
-                     {"id": "e2", "noun": "square", "count": 1}],
+        "entities": [{"id": "e1", "noun": "circle", "count": 2}, {"id": "e2", "noun": "square", "count": 1}],
         "atoms": [
-            {"id": "a1", "kind": "object", "entity": "e1", "parents": [],
-             "question": "Are there any circles in the image?"},
-            {"id": "a2", "kind": "count", "entity": "e1", "value": 2, "parents": ["a1"],
-             "question": "How many circles are in the image?"},
-            {"id": "a3", "kind": "attribute", "entity": "e1", "value": "red", "parents": ["a1"],
-             "question": "Are the circles red?"},
-            {"id": "a4", "kind": "object", "entity": "e2", "parents": [],
-             "question": "Are there any squares in the image?"},
-            {"id": "a5", "kind": "count", "entity": "e2", "value": 1, "parents": ["a4"],
-             "question": "How many squares are in the image?"},
-            {"id": "a6", "kind": "attribute", "entity": "e2", "value": "blue", "parents": ["a4"],
-             "question": "Is the square blue?"},
-            {"id": "a7", "kind": "relation", "entity": "e1", "value": "left of", "other": "e2",
-             "skill": "position", "parents": ["a1", "a4"],
-             "question": "Are the circles left of the square?"},
+            {
+                "id": "a1",
+                "kind": "object",
+                "entity": "e1",
+                "parents": [],
+                "question": "Are there any circles in the image?",
+            },
+            {
+                "id": "a2",
+                "kind": "count",
+                "entity": "e1",
+                "value": 2,
+                "parents": ["a1"],
+                "question": "How many circles are in the image?",
+            },
+            {
+                "id": "a3",
+                "kind": "attribute",
+                "entity": "e1",
+                "value": "red",
+                "parents": ["a1"],
+                "question": "Are the circles red?",
+            },
+            {
+                "id": "a4",
+                "kind": "object",
+                "entity": "e2",
+                "parents": [],
+                "question": "Are there any squares in the image?",
+            },
+            {
+                "id": "a5",
+                "kind": "count",
+                "entity": "e2",
+                "value": 1,
+                "parents": ["a4"],
+                "question": "How many squares are in the image?",
+            },
+            {
+                "id": "a6",
+                "kind": "attribute",
+                "entity": "e2",
+                "value": "blue",
+                "parents": ["a4"],
+                "question": "Is the square blue?",
+            },
+            {
+                "id": "a7",
+                "kind": "relation",
+                "entity": "e1",
+                "value": "left of",
+                "other": "e2",
+                "skill": "position",
+                "parents": ["a1", "a4"],
+                "question": "Are the circles left of the square?",
+            },
         ],
     }
 
 
 QUESTIONS = [
-    ("a red circle", [
-        "Are there any circles in the image?", "How many circles are in the image?",
-        "Is the circle red?"]),
-    ("A dog chasing two cats", [
-        "Are there any dogs in the image?", "How many dogs are in the image?",
-        "Are there any cats in the image?", "How many cats are in the image?",
-        "Is the dog chasing the cats?"]),
-    ("three white mice under a table", [
-        "Are there any mice in the image?", "How many mice are in the image?",
-        "Are the mice white?",
-        "Are there any tables in the image?", "How many tables are in the image?",
-        "Are the mice under the table?"]),
-    ("two glasses to the right of a box", [
-        "Are there any glasses in the image?", "How many glasses are in the image?",
-        "Are there any boxes in the image?", "How many boxes are in the image?",
-        "Are the glasses right of the box?"]),
-    ("a person next to two sheep", [
-        "Are there any people in the image?", "How many people are in the image?",
-        "Are there any sheep in the image?", "How many sheep are in the image?",
-        "Is the person next to the sheep?"]),
-    ("a tall man playing with two puppies on top of a rug", [
-        "Are there any men in the image?", "How many men are in the image?", "Is the man tall?",
-        "Are there any puppies in the image?", "How many puppies are in the image?",
-        "Are there any rugs in the image?", "How many rugs are in the image?",
-        "Is the man playing with the puppies?", "Are the puppies on top of the rug?"]),
-    ("four striped knives behind a loaf", [
-        "Are there any knives in the image?", "How many knives are in the image?",
-        "Are the knives striped?",
-        "Are there any loaves in the image?", "How many loaves are in the image?",
-        "Are the knives behind the loaf?"]),
+    (
+        "a red circle",
+        ["Are there any circles in the image?", "How many circles are in the image?", "Is the circle red?"],
+    ),
+    (
+        "A dog chasing two cats",
+        [
+            "Are there any dogs in the image?",
+            "How many dogs are in the image?",
+            "Are there any cats in the image?",
+            "How many cats are in the image?",
+            "Is the dog chasing the cats?",
+        ],
+    ),
+    (
+        "three white mice under a table",
+        [
+            "Are there any mice in the image?",
+            "How many mice are in the image?",
+            "Are the mice white?",
+            "Are there any tables in the image?",
+            "How many tables are in the image?",
+            "Are the mice under the table?",
+        ],
+    ),
+    (
+        "two glasses to the right of a box",
+        [
+            "Are there any glasses in the image?",
+            "How many glasses are in the image?",
+            "Are there any boxes in the image?",
+            "How many boxes are in the image?",
+            "Are the glasses right of the box?",
+        ],
+    ),
+    (
+        "a person next to two sheep",
+        [
+            "Are there any people in the image?",
+            "How many people are in the image?",
+            "Are there any sheep in the image?",
+            "How many sheep are in the image?",
+            "Is the person next to the sheep?",
+        ],
+    ),
+    (
+        "a tall man playing with two puppies on top of a rug",
+        [
+            "Are there any men in the image?",
+            "How many men are in the image?",
+            "Is the man tall?",
+            "Are there any puppies in the image?",
+            "How many puppies are in the image?",
+            "Are there any rugs in the image?",
+            "How many rugs are in the image?",
+            "Is the man playing with the puppies?",
+            "Are the puppies on top of the rug?",
+        ],
+    ),
+    (
+        "four striped knives behind a loaf",
+        [
+            "Are there any knives in the image?",
+            "How many knives are in the image?",
+            "Are the knives striped?",
+            "Are there any loaves in the image?",
+            "How many loaves are in the image?",
+            "Are the knives behind the loaf?",
+        ],
+    ),
 ]
 
 
@@ -239,7 +349,8 @@ def test_verbs_extend_through_the_constructor():
         TemplateDecomposer().decompose(prompt)  # "sniffing" is not a relation by default
     g = TemplateDecomposer(verbs=["sniffing"]).decompose(prompt)
     assert without_questions(g.to_dict()) == expected(
-        prompt, [("dog", 1, []), ("flower", 2, [])], [(0, "sniffing", 1, V)])
+        prompt, [("dog", 1, []), ("flower", 2, [])], [(0, "sniffing", 1, V)]
+    )
     assert g.atoms[-1].question == "Is the dog sniffing the flowers?"
 
 

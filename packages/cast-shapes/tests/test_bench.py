@@ -17,8 +17,14 @@ from cast_shapes.bench_stats import gain_ratio, method_gain, ratio_cell, ratio_t
 
 def fake_run(method, seed, deltas, skill=None):
     """A result.json with these paired GM differences at evaluation seeds 0..n-1."""
-    rows = [{"seed": i, "gm_difference": {"delta": d, "se": 0.01},
-             "skill_differences": {"object": {"delta": (skill or deltas)[i], "se": 0.01}}} for i, d in enumerate(deltas)]
+    rows = [
+        {
+            "seed": i,
+            "gm_difference": {"delta": d, "se": 0.01},
+            "skill_differences": {"object": {"delta": (skill or deltas)[i], "se": 0.01}},
+        }
+        for i, d in enumerate(deltas)
+    ]
     return {"method": method, "training_seed": seed, "train_wall_s": 60.0, "per_seed": rows}
 
 
@@ -41,7 +47,9 @@ def test_budgets_and_what_each_method_changes():
     learned = overrides_for("cast-learned-judge", 0, full)  # soft-tifa takes none of the oracle's arguments
     assert learned["scorer"] == "shapes-judge" and "scorer_kwargs" not in learned
     cast0 = overrides_for("cast", 0, full)
-    assert {k: v for k, v in learned.items() if k != "scorer"} == {k: v for k, v in cast0.items() if k != "scorer_kwargs"}
+    assert {k: v for k, v in learned.items() if k != "scorer"} == {
+        k: v for k, v in cast0.items() if k != "scorer_kwargs"
+    }
 
 
 def test_method_gain_is_over_training_seeds():
@@ -78,19 +86,28 @@ def test_gain_ratio_point_interval_and_undefined():
 
 def test_summary_table_and_figure(tmp_path):
     full = plan(quick=False)
-    results = {"flow-grpo": [fake_run("flow-grpo", s, [0.01, 0.012, 0.008], [0.02, 0.01, 0.0]) for s in range(3)],
-               "cast": [fake_run("cast", s, [0.02, 0.024, 0.016], [0.04, 0.03, 0.02]) for s in range(3)]}
+    results = {
+        "flow-grpo": [fake_run("flow-grpo", s, [0.01, 0.012, 0.008], [0.02, 0.01, 0.0]) for s in range(3)],
+        "cast": [fake_run("cast", s, [0.02, 0.024, 0.016], [0.04, 0.03, 0.02]) for s in range(3)],
+    }
     s = summarise(results)
     assert s["ratio"]["by_metric"]["gm"]["ratio"] == pytest.approx(2.0)
     assert s["ratio"]["by_metric"]["object"]["ratio"] == pytest.approx(3.0)
-    summary = {"plan": full.identity(), "methods": list(results), "seeds": [0, 1, 2], "images_per_run": 12_800,
-               "eval_prompts": 192, **s}
+    summary = {
+        "plan": full.identity(),
+        "methods": list(results),
+        "seeds": [0, 1, 2],
+        "images_per_run": 12_800,
+        "eval_prompts": 192,
+        **s,
+    }
     json.dumps(summary)
     table = format_table(summary)
     assert "gain ratio cast/flow-grpo on gm: 2.00 [" in table and "+0.0200 ±" in table
     assert "every method" not in table  # no ablation: no second ratio table
-    results["cast-judge-grid"] = [fake_run("cast-judge-grid", s, [0.015, 0.018, 0.012], [0.03, 0.02, 0.01])
-                                  for s in range(3)]
+    results["cast-judge-grid"] = [
+        fake_run("cast-judge-grid", s, [0.015, 0.018, 0.012], [0.03, 0.02, 0.01]) for s in range(3)
+    ]
     s = summarise(results)
     assert s["ratio"]["by_metric"]["gm"]["ratio"] == pytest.approx(2.0)
     assert s["ratios"]["by_method"]["cast-judge-grid"]["gm"]["ratio"] == pytest.approx(1.5)
@@ -116,10 +133,12 @@ def test_progress_counts_only_unfinished_runs_as_time_left(tmp_path, monkeypatch
     monkeypatch.setattr(bench, "run_one", lambda m, s, *_: fake_run(m, s, [0.01, 0.02]))
     lines = []
     bench.run_bench(tmp_path, p, log=lines.append)
-    assert lines == ["[1/4] flow-grpo training seed 0 (finished earlier)",
-                     "[2/4] cast training seed 0",
-                     "[3/4] flow-grpo training seed 1 (finished earlier), about 5 min left",
-                     "[4/4] cast training seed 1, about 5 min left"]
+    assert lines == [
+        "[1/4] flow-grpo training seed 0 (finished earlier)",
+        "[2/4] cast training seed 0",
+        "[3/4] flow-grpo training seed 1 (finished earlier), about 5 min left",
+        "[4/4] cast training seed 1, about 5 min left",
+    ]
 
 
 def test_one_run_end_to_end_records_its_machine_and_is_never_redone(tmp_path):
@@ -129,19 +148,35 @@ def test_one_run_end_to_end_records_its_machine_and_is_never_redone(tmp_path):
     import torch
     from cast_shapes.bench import run_one
 
-    p = replace(plan(quick=True, seeds=1, steps=1, eval_seeds=(0,)), eval_limit=4, images_per_prompt=1,
-                prompts_per_step=1, group_size=4)
+    p = replace(
+        plan(quick=True, seeds=1, steps=1, eval_seeds=(0,)),
+        eval_limit=4,
+        images_per_prompt=1,
+        prompts_per_step=1,
+        group_size=4,
+    )
     result = run_one("cast", 0, p, tmp_path, log=lambda line: None)
-    assert result["machine"] == {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                                 "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    assert result["machine"] == {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     (row,) = result["per_seed"]
     assert row["gm_difference"]["delta"] == pytest.approx(row["trained"]["gm"] - row["base"]["gm"])
     assert json.loads((tmp_path / "runs" / "cast-s0" / "result.json").read_text()) == result
     # the comparison layout of run_dir.py, made from the cached evaluations, and the run's own keys beside it
-    evals = [json.loads(f.read_text()) for f in (tmp_path / "base" / "eval-seed-0.json",
-                                                 tmp_path / "runs" / "cast-s0" / "eval" / "seed-0.json")]
-    meta = {"method": "cast", "training_seed": 0, "training_images": 4, "train_wall_s": result["train_wall_s"],
-            "checkpoint": "step-00001", "machine": result["machine"]}
+    evals = [
+        json.loads(f.read_text())
+        for f in (tmp_path / "base" / "eval-seed-0.json", tmp_path / "runs" / "cast-s0" / "eval" / "seed-0.json")
+    ]
+    meta = {
+        "method": "cast",
+        "training_seed": 0,
+        "training_images": 4,
+        "train_wall_s": result["train_wall_s"],
+        "checkpoint": "step-00001",
+        "machine": result["machine"],
+    }
     assert result == {**compare_evaluations([0], evals[:1], evals[1:]), **meta} and result["layout"] == LAYOUT
     (tmp_path / "base" / "eval-seed-0.json").unlink()  # a finished run reads result.json, evaluates nothing
     assert run_one("cast", 0, p, tmp_path, log=lambda line: None) == result
@@ -150,33 +185,62 @@ def test_one_run_end_to_end_records_its_machine_and_is_never_redone(tmp_path):
 
 def old_result(method, seed, rows):
     """A result.json as the bench wrote it before the comparison layout."""
-    return {"method": method, "seed": seed, "images": 12_800, "train_wall_s": 60.0, "checkpoint": "step-00400",
-            "per_eval_seed": rows}
+    return {
+        "method": method,
+        "seed": seed,
+        "images": 12_800,
+        "train_wall_s": 60.0,
+        "checkpoint": "step-00400",
+        "per_eval_seed": rows,
+    }
 
 
 def test_a_result_json_from_before_the_layout_is_read_in_the_layout(tmp_path):
     from cast_shapes.bench import run_one
 
     def row(seed, base_gm, gm, delta, obj):
-        return {"eval_seed": seed, "base_gm": base_gm, "gm": gm, "am": 0.5, "by_skill": {"object": 0.75},
-                "gm_difference": {"delta": delta, "se": 0.01, "z": delta / 0.01, "prompts": 192},
-                "skill_differences": {"object": {"delta": obj, "se": 0.02, "z": obj / 0.02, "prompts": 192}}}
+        return {
+            "eval_seed": seed,
+            "base_gm": base_gm,
+            "gm": gm,
+            "am": 0.5,
+            "by_skill": {"object": 0.75},
+            "gm_difference": {"delta": delta, "se": 0.01, "z": delta / 0.01, "prompts": 192},
+            "skill_differences": {"object": {"delta": obj, "se": 0.02, "z": obj / 0.02, "prompts": 192}},
+        }
 
     rows = [row(0, 0.25, 0.375, 0.125, 0.25), row(1, 0.5, 0.5, 0.0, 0.5)]
     (tmp_path / "runs" / "cast-s1").mkdir(parents=True)
     (tmp_path / "runs" / "cast-s1" / "result.json").write_text(json.dumps(old_result("cast", 1, rows)))
     result = run_one("cast", 1, plan(quick=False), tmp_path, log=lambda line: None)  # read, never trained
     assert result == {
-        "layout": LAYOUT, "seeds": [0, 1], "prompts": 192, "images_per_prompt": 2,
-        "per_seed": [{"seed": r["eval_seed"], "base": {"gm": r["base_gm"], "am": None, "by_skill": None},
-                      "trained": {"gm": r["gm"], "am": 0.5, "by_skill": {"object": 0.75}},
-                      "gm_difference": r["gm_difference"], "skill_differences": r["skill_differences"]} for r in rows],
+        "layout": LAYOUT,
+        "seeds": [0, 1],
+        "prompts": 192,
+        "images_per_prompt": 2,
+        "per_seed": [
+            {
+                "seed": r["eval_seed"],
+                "base": {"gm": r["base_gm"], "am": None, "by_skill": None},
+                "trained": {"gm": r["gm"], "am": 0.5, "by_skill": {"object": 0.75}},
+                "gm_difference": r["gm_difference"],
+                "skill_differences": r["skill_differences"],
+            }
+            for r in rows
+        ],
         "pooled": None,  # the old rows kept no per-prompt numbers to pool
-        "over_seeds": {"base_gm": 0.375, "trained_gm": 0.4375,
-                       "gm": {"delta": 0.0625, "se": 0.0625, "n": 2, "z": 1.0},
-                       "skills": {"object": {"delta": 0.375, "se": 0.125, "n": 2, "z": 3.0}}},
-        "method": "cast", "training_seed": 1, "training_images": 12_800, "train_wall_s": 60.0,
-        "checkpoint": "step-00400"}
+        "over_seeds": {
+            "base_gm": 0.375,
+            "trained_gm": 0.4375,
+            "gm": {"delta": 0.0625, "se": 0.0625, "n": 2, "z": 1.0},
+            "skills": {"object": {"delta": 0.375, "se": 0.125, "n": 2, "z": 3.0}},
+        },
+        "method": "cast",
+        "training_seed": 1,
+        "training_images": 12_800,
+        "train_wall_s": 60.0,
+        "checkpoint": "step-00400",
+    }
     assert method_gain([result], "gm")["per_run"] == [0.0625] and method_gain([result], "object")["gain"] == 0.375
 
 
@@ -196,8 +260,10 @@ def test_the_committed_bench_resumes_and_summarises_as_it_did(tmp_path):
     for method in before["methods"]:
         for seed in before["seeds"]:
             (tmp_path / "runs" / f"{method}-s{seed}").mkdir(parents=True)
-            shutil.copy(COMMITTED / "bench-12800-runs" / f"{method}-s{seed}.json",
-                        tmp_path / "runs" / f"{method}-s{seed}" / "result.json")
+            shutil.copy(
+                COMMITTED / "bench-12800-runs" / f"{method}-s{seed}.json",
+                tmp_path / "runs" / f"{method}-s{seed}" / "result.json",
+            )
     lines = []
     run_bench(tmp_path, plan(quick=False, methods=tuple(before["methods"])), log=lines.append)
     assert all("(finished earlier)" in line for line in lines)

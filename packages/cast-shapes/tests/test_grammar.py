@@ -7,8 +7,16 @@ import pytest
 
 from cast_core.scene_graph import SceneGraph
 from cast_shapes.grammar import (
-    MAX_ATOMS, MIN_ATOMS, PromptError, graph_for_prompt, parse_prompt, prompt_for, questions,
-    sample_scene, scene_to_graph, structures,
+    MAX_ATOMS,
+    MIN_ATOMS,
+    PromptError,
+    graph_for_prompt,
+    parse_prompt,
+    prompt_for,
+    questions,
+    sample_scene,
+    scene_to_graph,
+    structures,
 )
 from cast_core.testing.contract import DESIGN_EXAMPLE, DESIGN_QUESTIONS
 from cast_shapes.world import ObjectSpec, Relation, Scene
@@ -29,15 +37,35 @@ def test_design_example_gives_exactly_the_design_json_plus_questions():
     "scene, prompt",
     [
         (Scene((ObjectSpec("triangle", "green"),)), "a green triangle"),
-        (Scene((ObjectSpec("square", "yellow", 3), ObjectSpec("circle", "purple"))), "three yellow squares and a purple circle"),
-        (Scene((ObjectSpec("circle", "red"), ObjectSpec("triangle", "blue", 2)), (Relation(0, "above", 1),)), "a red circle above two blue triangles"),
+        (
+            Scene((ObjectSpec("square", "yellow", 3), ObjectSpec("circle", "purple"))),
+            "three yellow squares and a purple circle",
+        ),
+        (
+            Scene((ObjectSpec("circle", "red"), ObjectSpec("triangle", "blue", 2)), (Relation(0, "above", 1),)),
+            "a red circle above two blue triangles",
+        ),
         (Scene((ObjectSpec("circle", "orange"),)), "an orange circle"),
         (Scene((ObjectSpec("square", None, 4),)), "four squares"),
-        (Scene((ObjectSpec("circle"), ObjectSpec("square"), ObjectSpec("triangle"))), "a circle, a square and a triangle"),
-        (Scene((ObjectSpec("circle"), ObjectSpec("square"), ObjectSpec("triangle")), (Relation(0, "below", 1),)), "a circle below a square and a triangle"),
-        (Scene((ObjectSpec("circle"), ObjectSpec("square"), ObjectSpec("triangle")), (Relation(1, "right of", 2),)), "a circle and a square right of a triangle"),
-        (Scene((ObjectSpec("circle", "red"), ObjectSpec("square"), ObjectSpec("circle", "blue", 2)), (Relation(0, "left of", 1), Relation(1, "above", 2))),
-         "a red circle left of a square above two blue circles"),
+        (
+            Scene((ObjectSpec("circle"), ObjectSpec("square"), ObjectSpec("triangle"))),
+            "a circle, a square and a triangle",
+        ),
+        (
+            Scene((ObjectSpec("circle"), ObjectSpec("square"), ObjectSpec("triangle")), (Relation(0, "below", 1),)),
+            "a circle below a square and a triangle",
+        ),
+        (
+            Scene((ObjectSpec("circle"), ObjectSpec("square"), ObjectSpec("triangle")), (Relation(1, "right of", 2),)),
+            "a circle and a square right of a triangle",
+        ),
+        (
+            Scene(
+                (ObjectSpec("circle", "red"), ObjectSpec("square"), ObjectSpec("circle", "blue", 2)),
+                (Relation(0, "left of", 1), Relation(1, "above", 2)),
+            ),
+            "a red circle left of a square above two blue circles",
+        ),
     ],
 )
 def test_prompt_wording_and_parsing(scene, prompt):
@@ -49,8 +77,11 @@ def test_prompt_wording_and_parsing(scene, prompt):
 def test_questions_follow_geneval2_templates():
     q = questions(parse_prompt("a green triangle below three circles"))
     assert q == [
-        "Are there any triangles in the image?", "How many triangles are in the image?", "Is the triangle green?",
-        "Are there any circles in the image?", "How many circles are in the image?",
+        "Are there any triangles in the image?",
+        "How many triangles are in the image?",
+        "Is the triangle green?",
+        "Are there any circles in the image?",
+        "How many circles are in the image?",
         "Is the triangle below the circles?",
     ]
 

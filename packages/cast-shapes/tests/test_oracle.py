@@ -17,8 +17,20 @@ from cast_shapes.oracle import ShapesOracleScorer
 from cast_shapes.render import object_masks, render_batch, render_float
 from cast_shapes.semantics import RELATION_MARGIN, ground_truth
 from cast_shapes.world import (
-    COLOURS, COUNTS, IMAGE_SIZE, OPPOSITE, PALETTE, SHAPES, ObjectSpec, Placed, Relation, Scene,
-    group_centre, relation_offset, sample_layout, with_entity,
+    COLOURS,
+    COUNTS,
+    IMAGE_SIZE,
+    OPPOSITE,
+    PALETTE,
+    SHAPES,
+    ObjectSpec,
+    Placed,
+    Relation,
+    Scene,
+    group_centre,
+    relation_offset,
+    sample_layout,
+    with_entity,
 )
 
 N_SCENES = 300
@@ -46,7 +58,7 @@ class TestShapesOracleConformanceOnNoise(AtomScorerConformance):
 # -- the accuracy data set ----------------------------------------------------------------------
 def blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
     r = 2
-    k = torch.exp(-torch.arange(-r, r + 1, dtype=torch.float32) ** 2 / (2 * sigma**2))
+    k = torch.exp(-(torch.arange(-r, r + 1, dtype=torch.float32) ** 2) / (2 * sigma**2))
     k = k / k.sum()
     b, c, h, w = images.shape
     x = torch.nn.functional.pad(images.reshape(b * c, 1, h, w), (r, r, r, r), mode="replicate")
@@ -169,7 +181,9 @@ def test_true_atoms_score_high_and_false_ones_low(cases):
 
 def _mask_ious(images: torch.Tensor, layouts, items) -> list[float]:
     firsts = [(n, g) for n, g, _ in items if n < N_SCENES and g.prompt == items_first_prompt(items, n)]
-    out = ShapesOracleScorer().score(images[torch.tensor([n for n, _ in firsts])], [g for _, g in firsts], heatmaps=True)
+    out = ShapesOracleScorer().score(
+        images[torch.tensor([n for n, _ in firsts])], [g for _, g in firsts], heatmaps=True
+    )
     ious = []
     for (n, g), maps in zip(firsts, out.heatmaps):
         masks = object_masks(layouts[n])
@@ -209,9 +223,11 @@ def test_unknown_vocabulary_scores_zero_instead_of_crashing():
         "a pink hexagon next to a red circle",
         (Entity("e1", "hexagon"), Entity("e2", "circle")),
         (
-            Atom("a1", "object", "e1"), Atom("a2", "count", "e1", ("a1",), value=1),
+            Atom("a1", "object", "e1"),
+            Atom("a2", "count", "e1", ("a1",), value=1),
             Atom("a3", "attribute", "e1", ("a1",), value="pink"),
-            Atom("a4", "object", "e2"), Atom("a5", "count", "e2", ("a4",), value=1),
+            Atom("a4", "object", "e2"),
+            Atom("a5", "count", "e2", ("a4",), value=1),
             Atom("a6", "attribute", "e2", ("a4",), value="red"),
             Atom("a7", "relation", "e1", ("a1", "a4"), value="next to", other="e2", skill="position"),
         ),
@@ -234,7 +250,9 @@ def test_blobs_that_are_not_world_shapes_are_not_objects():
     layout = (Placed("square", "red", 8.0, 16.0, 8, 0), Placed("square", "red", 16.0, 16.0, 8, 0))
     (d,) = ShapesOracleScorer().detect(torch.from_numpy(render_float(layout))[None])[0]
     assert d.shape is None and max(d.shape_evidence.values()) < 0.5
-    out = ShapesOracleScorer().score(torch.from_numpy(render_float(layout))[None], [graph_for_prompt("two red squares")])
+    out = ShapesOracleScorer().score(
+        torch.from_numpy(render_float(layout))[None], [graph_for_prompt("two red squares")]
+    )
     assert all(s < 0.5 for s in out.scores[0].tolist()[:2])  # object and count fail
 
 

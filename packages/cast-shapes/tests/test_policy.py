@@ -9,8 +9,6 @@ from cast_shapes.policy import ShapesPolicy
 from cast_shapes.sampling_ode import ode_sample
 
 
-
-
 class TestShapesPolicy(PolicyConformance):
     @pytest.fixture(autouse=True)
     def _weights(self, random_weights):
@@ -100,7 +98,7 @@ def test_inference_restores_the_weights_on_error_and_respects_reference(random_w
             raise RuntimeError("boom")
     after = policy.net.state_dict()
     assert all(torch.equal(frozen[k], after[k]) for k in frozen)
-    x = torch.randn(2, policy.cfg.grid ** 2, policy.cfg.channels, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, policy.cfg.grid**2, policy.cfg.channels, generator=torch.Generator().manual_seed(0))
     cond = policy.encode(["a red circle"] * 2)
     with policy.reference():
         ref = policy.velocity(x, torch.tensor(0.5), cond)
@@ -113,7 +111,7 @@ def test_inference_restores_the_weights_on_error_and_respects_reference(random_w
 
 def test_shipped_weights_draw_a_recognisable_red_circle():
     """The committed weights, through the registry, as a user gets them."""
-    from cast_core import get_atom_decomposer, get_atom_scorer, get_policy
+    from cast_core import get_atom_scorer, get_policy
     from cast_shapes.grammar import graph_for_prompt
 
     policy = get_policy("shapes")

@@ -36,8 +36,12 @@ def test_small_scene_share_zero_leaves_the_stage_one_stream_unchanged():
     b = make_batch(random.Random(3), 4, small_scene_share=0.0)
     assert b[1] == prompts and torch.equal(b[0], torch.stack(images))
     # pinned: seed 3's stage-1 prompts, so a change to the stream itself shows up here too
-    assert prompts == ["a yellow triangle", "a triangle and a square", "two squares",
-                       "an orange square and two purple squares"]
+    assert prompts == [
+        "a yellow triangle",
+        "a triangle and a square",
+        "two squares",
+        "an orange square and two purple squares",
+    ]
 
 
 def test_small_scene_share_one_draws_only_two_or_three_atom_scenes():
@@ -66,8 +70,15 @@ def test_refine_starts_from_the_given_weights_and_records_them(tmp_path):
     torch.manual_seed(5)
     start = ShapesNet(TINY)
     save_net(start, tmp_path / "start.safetensors")
-    cfg = PretrainConfig(steps=1, batch=2, init_weights=str(tmp_path / "start.safetensors"), decay_steps=1,
-                         small_scene_share=0.5, eval_every=10**9, checkpoint_every=10**9)
+    cfg = PretrainConfig(
+        steps=1,
+        batch=2,
+        init_weights=str(tmp_path / "start.safetensors"),
+        decay_steps=1,
+        small_scene_share=0.5,
+        eval_every=10**9,
+        checkpoint_every=10**9,
+    )
     t = Pretrainer(tmp_path / "run", cfg, TINY)
     for a, b in zip(t.net.state_dict().values(), start.state_dict().values()):
         assert torch.equal(a, b)
@@ -80,8 +91,10 @@ def test_refine_starts_from_the_given_weights_and_records_them(tmp_path):
 
 
 def test_refine_refuses_weights_of_another_architecture(tmp_path):
-    save_net(ShapesNet(ShapesModelConfig(width=64, heads=2, double_layers=1, single_layers=1, text_layers=1)),
-             tmp_path / "other.safetensors")
+    save_net(
+        ShapesNet(ShapesModelConfig(width=64, heads=2, double_layers=1, single_layers=1, text_layers=1)),
+        tmp_path / "other.safetensors",
+    )
     with pytest.raises(SystemExit, match="model config differs"):
         Pretrainer(tmp_path / "run", PretrainConfig(init_weights=str(tmp_path / "other.safetensors")), TINY)
 

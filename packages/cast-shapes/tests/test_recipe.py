@@ -3,23 +3,31 @@
 import json
 
 import pytest
-import torch
 
 from cast_core.config import build_config
 from cast_core.trainer import Trainer
 
 
-
-
 def test_shapes_is_the_default_recipe():
     cfg = build_config()
     assert (cfg.recipe, cfg.policy, cfg.scorer, cfg.decomposer, cfg.projector) == (
-        "shapes", "shapes", "shapes-oracle", "template", "spatial")
+        "shapes",
+        "shapes",
+        "shapes-oracle",
+        "template",
+        "spatial",
+    )
 
 
 def test_short_cast_run_on_the_shapes_policy(random_weights, tmp_path):
-    sets = [f'policy_kwargs={{weights = "{random_weights}"}}', "group_size=4", "prompts_per_step=2",
-            "num_steps=4", "sample_every=2", "checkpoint_every=2"]
+    sets = [
+        f'policy_kwargs={{weights = "{random_weights}"}}',
+        "group_size=4",
+        "prompts_per_step=2",
+        "num_steps=4",
+        "sample_every=2",
+        "checkpoint_every=2",
+    ]
     cfg = build_config(recipe="shapes", sets=sets, steps=2)
     run = tmp_path / "run"
     Trainer(cfg, run, log=lambda m: None).run()
@@ -39,9 +47,28 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     from cast_shapes.commands import demo_command
 
     run = tmp_path / "demo"
-    args = ["--out", str(run), "-k", "2", "--eval-prompts", "3", "--eval-seeds", "0,5", "--set", "steps=1",
-            "--set", "group_size=2", "--set", "prompts_per_step=1", "--set", "num_steps=4",
-            "--set", 'window="fixed"', "--set", "window_kwargs={start=1, size=2}"]
+    args = [
+        "--out",
+        str(run),
+        "-k",
+        "2",
+        "--eval-prompts",
+        "3",
+        "--eval-seeds",
+        "0,5",
+        "--set",
+        "steps=1",
+        "--set",
+        "group_size=2",
+        "--set",
+        "prompts_per_step=1",
+        "--set",
+        "num_steps=4",
+        "--set",
+        'window="fixed"',
+        "--set",
+        "window_kwargs={start=1, size=2}",
+    ]
     out = CliRunner().invoke(demo_command, args)
     assert out.exit_code == 0, out.output
     assert "trained 1 steps (2 images; a fixed length: the same run on every machine)" in out.output
@@ -52,8 +79,17 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert base["prompts"] == trained["prompts"] == 3 and base["images"] == 12  # 2 seeds x 3 prompts x 2
     # the comparison layout of run_dir.py (compare_evaluations), and the demo's own keys beside it
     assert comparison["layout"] == LAYOUT and set(comparison) == {
-        "layout", "seeds", "prompts", "images_per_prompt", "per_seed", "pooled", "over_seeds",
-        "evaluations", "suite", "adapter"}
+        "layout",
+        "seeds",
+        "prompts",
+        "images_per_prompt",
+        "per_seed",
+        "pooled",
+        "over_seeds",
+        "evaluations",
+        "suite",
+        "adapter",
+    }
     assert (comparison["prompts"], comparison["images_per_prompt"], comparison["suite"]) == (3, 2, "heldout-test")
     row_keys = {"seed", "base", "trained", "gm_difference", "skill_differences"}
     assert all(set(r) == row_keys for r in comparison["per_seed"])
@@ -74,7 +110,10 @@ def test_demo_writes_the_paired_comparison_and_report(tmp_path):
     assert set(comparison["pooled"]["skill_differences"]) <= set(base["by_skill"])
     assert "paired GM difference" in out.output and "by skill" in out.output
     adapter = run / "checkpoints" / "step-00001" / "adapter"
-    assert f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-test --seeds 6-25" in out.output
+    assert (
+        f"cast compare --policy shapes --adapter {adapter} --steps 4 -k 2 --suite heldout-test --seeds 6-25"
+        in out.output
+    )
     html = (run / "report.html").read_text()
     assert "Paired GM difference" in html and "evaluation seeds 0, 5 pooled" in html and "Per evaluation seed" in html
     assert "Mean over the 2 seeds" in html
@@ -87,8 +126,23 @@ def _demo(tmp_path, name, *extra):
     from cast_shapes.commands import demo_command
 
     run = tmp_path / name
-    args = ["--out", str(run), "-k", "1", "--eval-prompts", "2", "--eval-seeds", "0,1", "--set", "group_size=2",
-            "--set", "prompts_per_step=1", "--set", "num_steps=4", *extra]
+    args = [
+        "--out",
+        str(run),
+        "-k",
+        "1",
+        "--eval-prompts",
+        "2",
+        "--eval-seeds",
+        "0,1",
+        "--set",
+        "group_size=2",
+        "--set",
+        "prompts_per_step=1",
+        "--set",
+        "num_steps=4",
+        *extra,
+    ]
     out = CliRunner().invoke(demo_command, args)
     assert out.exit_code == 0, out.output
     return run, out.output.replace(str(run), "RUN")
@@ -99,8 +153,10 @@ def test_same_seed_same_machine_gives_the_same_adapter_and_numbers(tmp_path):
     import hashlib
 
     (a, out_a), (b, out_b) = _demo(tmp_path, "a", "--steps", "3"), _demo(tmp_path, "b", "--steps", "3")
-    files = lambda run: {p.name: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
-                         for p in (run / "checkpoints" / "step-00003" / "adapter").iterdir()}
+    files = lambda run: {  # noqa: E731
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in (run / "checkpoints" / "step-00003" / "adapter").iterdir()
+    }
     assert files(a) == files(b) and files(a)
     numbers = lambda out: [line for line in out.splitlines() if "img/s" not in line]  # noqa: E731 - speed differs
     assert numbers(out_a) == numbers(out_b) and "trained 3 steps (6 images; a fixed length" in out_a

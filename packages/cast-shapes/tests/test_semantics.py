@@ -75,9 +75,11 @@ def test_unknown_vocabulary_scores_zero_with_nothing_to_point_at():
         "a big dog next to a circle",
         (Entity("e1", "dog"), Entity("e2", "circles")),
         (
-            Atom("a1", "object", "e1"), Atom("a2", "count", "e1", ("a1",), value=1),
+            Atom("a1", "object", "e1"),
+            Atom("a2", "count", "e1", ("a1",), value=1),
             Atom("a3", "attribute", "e1", ("a1",), value="big"),
-            Atom("a4", "object", "e2"), Atom("a5", "count", "e2", ("a4",), value=1),
+            Atom("a4", "object", "e2"),
+            Atom("a5", "count", "e2", ("a4",), value=1),
             Atom("a6", "attribute", "e2", ("a4",), value="big"),
             Atom("a7", "relation", "e1", ("a1", "a4"), value="next to", other="e2", skill="position"),
             Atom("a8", "relation", "e2", ("a4",), value="under", other="e1", skill="position"),

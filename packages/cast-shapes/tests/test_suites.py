@@ -9,17 +9,52 @@ import pytest
 
 from cast_shapes.grammar import parse_prompt, prompt_for, sample_scene
 from cast_shapes.suites import (
-    HARD_MIN_ATOMS, SUITE_NAMES, is_heldout, sample_scene_in_split, scene_split, split_key, suite,
+    HARD_MIN_ATOMS,
+    SUITE_NAMES,
+    is_heldout,
+    sample_scene_in_split,
+    scene_split,
+    split_key,
+    suite,
     suite_digest,
 )
 from cast_shapes.world import (
-    IMAGE_SIZE, OPPOSITE, ObjectSpec, Relation, Scene, group_centre, relation_offset, sample_layout,
+    IMAGE_SIZE,
+    OPPOSITE,
+    ObjectSpec,
+    Relation,
+    Scene,
+    group_centre,
+    relation_offset,
+    sample_layout,
 )
 
-PINNED = {'single': 'af2a620531894c88d52539cfee9759d91bb36e02058dfb0870e38185dc63b8c0', 'atoms-2': '0aca9096159a5fc51426b9d08766253f3551498dd67a156d0c2f41aa96b69b59', 'atoms-3': '2079a75c85f26f70fe17d4a856af59d58fcd752e34fca3f37d982ade280b7d46', 'atoms-4': '8511831df5c2e5cd902c179fe014efbfc00027fa0feedc9d38da1a33223e0668', 'atoms-5': 'd3355b955a97e196f06419f744cccfca4a90517fa6a1c08522538391c1b45d85', 'atoms-6': '90059c57f9356d2dd434fb88a5d4e1a5f3dda744e6898c0c0415e803f67eb8d5', 'atoms-7': '7a2c9c318a090556dfcf5523e394d6d4f3f569e0aa8b6a06b2a557cf1911e130', 'atoms-8': '3d84346c682675addfc664cb9422f2868ef4ba5513071f09e21815336dce19bf', 'train': '885cb06d2ac453026a176b0be67e755dce3474a4f80ae1163278bd9f5caed6e5', 'train-hard': '72610e2fef55ab73271ef952fd8db26ea027cfc0d5cf11fb008461ea0bbe3800', 'heldout': '609381aea5b5ab40bab68035263eb0664c6814ae48f65c56a201bcfaaf067325', 'heldout-hard': 'de9ee03789f41149b72540e6f56eb4559e46dcd91cb557709f2cbbe0b8fa6582', 'heldout-test': 'a880d2f221bbac3ff4e1cac8dc33d899d1f131364869b683e9b52b771107cee6'}
+PINNED = {
+    "single": "af2a620531894c88d52539cfee9759d91bb36e02058dfb0870e38185dc63b8c0",
+    "atoms-2": "0aca9096159a5fc51426b9d08766253f3551498dd67a156d0c2f41aa96b69b59",
+    "atoms-3": "2079a75c85f26f70fe17d4a856af59d58fcd752e34fca3f37d982ade280b7d46",
+    "atoms-4": "8511831df5c2e5cd902c179fe014efbfc00027fa0feedc9d38da1a33223e0668",
+    "atoms-5": "d3355b955a97e196f06419f744cccfca4a90517fa6a1c08522538391c1b45d85",
+    "atoms-6": "90059c57f9356d2dd434fb88a5d4e1a5f3dda744e6898c0c0415e803f67eb8d5",
+    "atoms-7": "7a2c9c318a090556dfcf5523e394d6d4f3f569e0aa8b6a06b2a557cf1911e130",
+    "atoms-8": "3d84346c682675addfc664cb9422f2868ef4ba5513071f09e21815336dce19bf",
+    "train": "885cb06d2ac453026a176b0be67e755dce3474a4f80ae1163278bd9f5caed6e5",
+    "train-hard": "72610e2fef55ab73271ef952fd8db26ea027cfc0d5cf11fb008461ea0bbe3800",
+    "heldout": "609381aea5b5ab40bab68035263eb0664c6814ae48f65c56a201bcfaaf067325",
+    "heldout-hard": "de9ee03789f41149b72540e6f56eb4559e46dcd91cb557709f2cbbe0b8fa6582",
+    "heldout-test": "a880d2f221bbac3ff4e1cac8dc33d899d1f131364869b683e9b52b771107cee6",
+}
 
-SIZES = {"single": 21, "atoms-2": 12, "train": 660, "train-hard": 512, "heldout": 110, "heldout-hard": 96, "heldout-test": 192,
-         **{f"atoms-{k}": 64 for k in range(3, 9)}}
+SIZES = {
+    "single": 21,
+    "atoms-2": 12,
+    "train": 660,
+    "train-hard": 512,
+    "heldout": 110,
+    "heldout-hard": 96,
+    "heldout-test": 192,
+    **{f"atoms-{k}": 64 for k in range(3, 9)},
+}
 
 
 def test_suites_are_pinned():
@@ -98,7 +133,16 @@ def test_split_samplers_stay_in_their_split():
 
 def test_suites_are_deterministic_across_processes():
     code = "from cast_shapes.suites import suite_digest as d; print(d('train'), d('heldout'))"
-    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in (1, 2)
+    }
     assert runs == {f"{suite_digest('train')} {suite_digest('heldout')}\n"}
 
 
@@ -120,5 +164,7 @@ def test_every_suite_prompt_can_be_laid_out():
                 (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = boxes[a], boxes[b]
                 assert ax1 <= bx0 or bx1 <= ax0 or ay1 <= by0 or by1 <= ay0, (prompt, boxes[a], boxes[b])
         for r in scene.relations:
-            offset = relation_offset(r.relation, group_centre(layout, r.subject_index), group_centre(layout, r.object_index))
+            offset = relation_offset(
+                r.relation, group_centre(layout, r.subject_index), group_centre(layout, r.object_index)
+            )
             assert offset > 0, (prompt, r)

@@ -10,8 +10,23 @@ import pytest
 from cast_shapes.grammar import sample_scene
 from cast_shapes.render import object_masks, render, render_batch, render_float, shape_mask
 from cast_shapes.world import (
-    BACKGROUND, BORDER, COLOURS, COUNTS, GAP, IMAGE_SIZE, MAX_OBJECTS, PALETTE, RELATION_MIN_OFFSET,
-    RELATIONS, SHAPES, LayoutError, ObjectSpec, Relation, Scene, group_centre, relation_offset,
+    BACKGROUND,
+    BORDER,
+    COLOURS,
+    COUNTS,
+    GAP,
+    IMAGE_SIZE,
+    MAX_OBJECTS,
+    PALETTE,
+    RELATION_MIN_OFFSET,
+    RELATIONS,
+    SHAPES,
+    LayoutError,
+    ObjectSpec,
+    Relation,
+    Scene,
+    group_centre,
+    relation_offset,
     sample_layout,
 )
 

@@ -54,7 +54,9 @@ def test_random_stays_in_range_and_varies_with_the_step():
     assert all(w.size == 3 and 1 <= w.start and w.end <= 7 for w in windows)
     assert {w.start for w in windows} == {1, 2, 3, 4}  # randint(lo, hi - size): every start occurs
     assert sel.select_for_step(POLICY, PROMPTS, 10, step=5, seed=0) == windows[5]  # a pure function of (seed, step)
-    assert [w.start for w in windows[:20]] != [sel.select_for_step(POLICY, PROMPTS, 10, step=s, seed=1).start for s in range(20)]
+    assert [w.start for w in windows[:20]] != [
+        sel.select_for_step(POLICY, PROMPTS, 10, step=s, seed=1).start for s in range(20)
+    ]
 
 
 def test_random_without_a_range_end_uses_the_schedule_and_checks_fit():
@@ -78,8 +80,15 @@ print(json.dumps(out))
 
 def test_random_is_the_same_in_separate_processes():
     """Every rank of a distributed run must draw the same window for the same step."""
-    procs = [subprocess.Popen([sys.executable, "-c", DRAW, "7"], stdout=subprocess.PIPE, text=True,
-                              env={"PYTHONHASHSEED": str(h), **_env()}) for h in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", DRAW, "7"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={"PYTHONHASHSEED": str(h), **_env()},
+        )
+        for h in (1, 2)
+    ]
     outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     here = [RandomWindow(size=2, lo=0, hi=8).select_for_step(None, [], 10, step=s, seed=7).start for s in range(40)]
     assert outs[0] == outs[1] == here
@@ -108,7 +117,14 @@ def test_sliding_stop_mode_stays_at_the_end():
 
 def test_sliding_mixgrpo_defaults():
     sel = SlidingWindow()  # size 4, stride 1, every 25
-    assert [sel.select_for_step(POLICY, PROMPTS, 25, step=s).start for s in (0, 24, 25, 50, 21 * 25, 22 * 25)] == [0, 0, 1, 2, 21, 0]
+    assert [sel.select_for_step(POLICY, PROMPTS, 25, step=s).start for s in (0, 24, 25, 50, 21 * 25, 22 * 25)] == [
+        0,
+        0,
+        1,
+        2,
+        21,
+        0,
+    ]
     assert sel.select(POLICY, PROMPTS, 25) == Window(0, 4)
 
 
@@ -132,10 +148,22 @@ def test_trainer_draws_the_random_window_per_step(tmp_path):
     from cast_core.config import TrainConfig
     from cast_core.trainer import Trainer
 
-    cfg = TrainConfig(policy="fake", scorer="left-brightness", decomposer="fake", projector="spatial",
-                      prompts=["a red circle", "a blue square"], group_size=2, prompts_per_step=1, num_steps=6,
-                      window="random", window_kwargs={"size": 2, "lo": 0, "hi": 6}, steps=4, seed=3,
-                      sample_every=0, checkpoint_every=100)
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="left-brightness",
+        decomposer="fake",
+        projector="spatial",
+        prompts=["a red circle", "a blue square"],
+        group_size=2,
+        prompts_per_step=1,
+        num_steps=6,
+        window="random",
+        window_kwargs={"size": 2, "lo": 0, "hi": 6},
+        steps=4,
+        seed=3,
+        sample_every=0,
+        checkpoint_every=100,
+    )
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     logged = [(m["window_start"], m["window_size"]) for m in (trainer.train_step() for _ in range(4))]
     expected = [(RandomWindow(2, 0, 6).select_for_step(None, [], 6, step=s, seed=3).start, 2) for s in range(4)]

@@ -73,10 +73,18 @@ def test_end_to_end_with_a_tiny_clip_model(tmp_path):
     assert w.diagnostics["curve_mean"][-1] == pytest.approx(1.0, abs=1e-4)
 
 
-@pytest.mark.parametrize("knee,steps,size,expected", [
-    (3, 10, None, (0, 4)), (0, 10, None, (0, 1)), (9, 10, None, (0, 10)),
-    (5, 10, 3, (3, 3)), (1, 10, 3, (0, 3)), (9, 10, 3, (7, 3)), (2, 4, 8, (0, 4)),
-])
+@pytest.mark.parametrize(
+    "knee,steps,size,expected",
+    [
+        (3, 10, None, (0, 4)),
+        (0, 10, None, (0, 1)),
+        (9, 10, None, (0, 10)),
+        (5, 10, 3, (3, 3)),
+        (1, 10, 3, (0, 3)),
+        (9, 10, 3, (7, 3)),
+        (2, 4, 8, (0, 4)),
+    ],
+)
 def test_window_rule(knee, steps, size, expected):
     w = window_up_to(knee, steps, size)
     assert (w.start, w.size) == expected and knee in w
@@ -98,7 +106,10 @@ def test_calibration_prompts_precedence(tmp_path):
     assert used(selector(tmp_path, calibration_prompts=["a red square"]), Calibrated()) == ["a red square"]
     prompt_file = tmp_path / "p.txt"
     prompt_file.write_text("# calibration\na blue circle\na blue circle\na red square\n")
-    assert used(selector(tmp_path, calibration_prompts=str(prompt_file)), FakePolicy()) == ["a blue circle", "a red square"]
+    assert used(selector(tmp_path, calibration_prompts=str(prompt_file)), FakePolicy()) == [
+        "a blue circle",
+        "a red square",
+    ]
 
 
 def test_num_prompts_spreads_over_the_list():
@@ -177,10 +188,21 @@ def test_trainer_measures_once_and_reuses_the_window(tmp_path):
     from cast_core.config import TrainConfig
     from cast_core.trainer import Trainer
 
-    cfg = TrainConfig(policy="fake", scorer="left-brightness", decomposer="fake", projector="spatial",
-                      prompts=PROMPTS, group_size=2, prompts_per_step=2, num_steps=6, window="clip-curvature",
-                      window_kwargs={"seeds": [0], "cache_dir": str(tmp_path / "cache")}, steps=3,
-                      sample_every=0, checkpoint_every=100)
+    cfg = TrainConfig(
+        policy="fake",
+        scorer="left-brightness",
+        decomposer="fake",
+        projector="spatial",
+        prompts=PROMPTS,
+        group_size=2,
+        prompts_per_step=2,
+        num_steps=6,
+        window="clip-curvature",
+        window_kwargs={"seeds": [0], "cache_dir": str(tmp_path / "cache")},
+        steps=3,
+        sample_every=0,
+        checkpoint_every=100,
+    )
     trainer = Trainer(cfg, tmp_path / "run", log=lambda m: None)
     logged = {(m["window_start"], m["window_size"]) for m in (trainer.train_step() for _ in range(3))}
     assert len(logged) == 1 and len(list((tmp_path / "cache").glob("curve-*.json"))) == 1

@@ -26,8 +26,17 @@ def true_knee(num_steps: int, midpoint: float, width: float) -> float:
 
 
 # (steps, midpoint as a fraction of the schedule, width in steps)
-CASES = [(10, 0.2, 0.5), (10, 0.4, 0.5), (10, 0.6, 0.5), (10, 0.3, 1.0),
-         (20, 0.2, 1.0), (20, 0.4, 1.0), (20, 0.6, 1.0), (20, 0.3, 1.5), (28, 0.3, 1.5)]
+CASES = [
+    (10, 0.2, 0.5),
+    (10, 0.4, 0.5),
+    (10, 0.6, 0.5),
+    (10, 0.3, 1.0),
+    (20, 0.2, 1.0),
+    (20, 0.4, 1.0),
+    (20, 0.6, 1.0),
+    (20, 0.3, 1.5),
+    (28, 0.3, 1.5),
+]
 
 
 @pytest.mark.parametrize("steps,frac,width", CASES)
@@ -75,13 +84,16 @@ def test_rule_ignores_the_similarity_scale():
     assert find_knee(0.7 + 0.05 * y).step == find_knee(y).step == find_knee(3 * y - 1).step
 
 
-@pytest.mark.parametrize("curve,words", [
-    (np.ones(10), "flat"),
-    (0.9 + 1e-5 * np.random.default_rng(1).standard_normal(10), "flat"),
-    (np.linspace(1.0, 0.8, 10), "flat"),  # falls: no rise to locate
-    (np.linspace(0.2, 1.0, 12), "no bend"),  # straight: no knee
-    (np.exp(np.arange(10) / 2.0), "no bend"),  # convex: rises without flattening
-])
+@pytest.mark.parametrize(
+    "curve,words",
+    [
+        (np.ones(10), "flat"),
+        (0.9 + 1e-5 * np.random.default_rng(1).standard_normal(10), "flat"),
+        (np.linspace(1.0, 0.8, 10), "flat"),  # falls: no rise to locate
+        (np.linspace(0.2, 1.0, 12), "no bend"),  # straight: no knee
+        (np.exp(np.arange(10) / 2.0), "no bend"),  # convex: rises without flattening
+    ],
+)
 def test_curves_without_a_knee_fall_back_to_the_middle_with_a_warning(curve, words):
     with pytest.warns(FlatCurveWarning, match=words):
         knee = find_knee(curve)

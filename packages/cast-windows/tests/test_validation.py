@@ -22,7 +22,9 @@ class MeanAbove:
 
     def score(self, images, graphs, heatmaps=False):
         means = images.float().mean(dim=(1, 2, 3))
-        return AtomScores(list(graphs), [torch.full((len(g.atoms),), float(m > self.level)) for m, g in zip(means, graphs)])
+        return AtomScores(
+            list(graphs), [torch.full((len(g.atoms),), float(m > self.level)) for m, g in zip(means, graphs)]
+        )
 
 
 def test_verdict_agreement_on_the_fake_policy():

@@ -70,14 +70,25 @@ class DiffusersPolicy:
     #: what `cast window --policy ...` measures with: CLIP sees natural images' structure
     window_defaults: ClassVar[dict] = {"embedder": "clip"}
 
-    def __init__(self, path: str | Path | None = None, *, pipeline: Any = None, torch_dtype: Any = None,
-                 device: str | torch.device = "cpu", text_encoder_device: str | torch.device | None = None,
-                 lora_rank: int = 64, lora_alpha: float | None = None,
-                 lora_targets: Sequence[str] | str | None = None, image_size: Sequence[int] | None = None,
-                 max_sequence_length: int = 512):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        pipeline: Any = None,
+        torch_dtype: Any = None,
+        device: str | torch.device = "cpu",
+        text_encoder_device: str | torch.device | None = None,
+        lora_rank: int = 64,
+        lora_alpha: float | None = None,
+        lora_targets: Sequence[str] | str | None = None,
+        image_size: Sequence[int] | None = None,
+        max_sequence_length: int = 512,
+    ):
         if (path is None) == (pipeline is None):
-            raise ValueError(f"{type(self).__name__}: give exactly one of path= (a local pipeline directory or hub id) "
-                             "and pipeline= (a built diffusers pipeline)")
+            raise ValueError(
+                f"{type(self).__name__}: give exactly one of path= (a local pipeline directory or hub id) "
+                "and pipeline= (a built diffusers pipeline)"
+            )
         dtype = resolve_dtype(torch_dtype)
         if pipeline is None:
             pipeline = self._load(path, dtype)
@@ -96,19 +107,27 @@ class DiffusersPolicy:
         pipeline.vae.requires_grad_(False)
         pipeline.text_encoder.requires_grad_(False)
         self.device = resolve_device(device)
-        self.text_encoder_device = resolve_device(text_encoder_device) if text_encoder_device is not None else self.device
+        self.text_encoder_device = (
+            resolve_device(text_encoder_device) if text_encoder_device is not None else self.device
+        )
         self.transformer.to(self.device)
         pipeline.vae.to(self.device)
         pipeline.text_encoder.to(self.text_encoder_device)
         self.max_sequence_length = int(max_sequence_length)
         self.vae_scale = int(pipeline.vae_scale_factor) * 2  # pixels per latent token (8x VAE x 2x2 packing)
-        size = tuple(int(s) for s in image_size) if image_size is not None else \
-            (pipeline.default_sample_size * pipeline.vae_scale_factor,) * 2
+        size = (
+            tuple(int(s) for s in image_size)
+            if image_size is not None
+            else (pipeline.default_sample_size * pipeline.vae_scale_factor,) * 2
+        )
         self.default_image_size = self._check_size(size)
         if isinstance(lora_targets, str):
             lora_targets = [t.strip() for t in lora_targets.split(",") if t.strip()]
-        self.lora = {"rank": int(lora_rank), "alpha": float(lora_alpha if lora_alpha is not None else 2 * lora_rank),
-                     "targets": list(lora_targets) if lora_targets is not None else self.default_lora_targets(self.transformer)}
+        self.lora = {
+            "rank": int(lora_rank),
+            "alpha": float(lora_alpha if lora_alpha is not None else 2 * lora_rank),
+            "targets": list(lora_targets) if lora_targets is not None else self.default_lora_targets(self.transformer),
+        }
         add_lora(self.transformer, **self.lora)
         self._forward = self.transformer  # what runs the transformer: DDP's wrapper after prepare()
         self._schedules: dict[tuple, torch.Tensor] = {}
@@ -149,17 +168,23 @@ class DiffusersPolicy:
     def _load(cls, path: str | Path, dtype: "torch.dtype | None") -> Any:
         source = _source(path)
         if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
-            raise FileNotFoundError(f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
-                                    f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)")
-        with warnings.catch_warnings():  # diffusers >= 0.42 renames torch_dtype to dtype; older ones know only torch_dtype
+            raise FileNotFoundError(
+                f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
+                f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)"
+            )
+        with (
+            warnings.catch_warnings()
+        ):  # diffusers >= 0.42 renames torch_dtype to dtype; older ones know only torch_dtype
             warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
             try:
                 return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
             except OSError as err:
                 if Path(source).exists():
                     raise
-                raise FileNotFoundError(f"{cls.__name__}: {path} is neither a local pipeline directory nor a hub id "
-                                        f"that could be loaded here ({str(err).splitlines()[0]})") from None
+                raise FileNotFoundError(
+                    f"{cls.__name__}: {path} is neither a local pipeline directory nor a hub id "
+                    f"that could be loaded here ({str(err).splitlines()[0]})"
+                ) from None
 
     @staticmethod
     def default_lora_targets(transformer) -> list[str]:
@@ -171,8 +196,10 @@ class DiffusersPolicy:
             return self.default_image_size
         h, w = (int(s) for s in image_size)
         if h <= 0 or w <= 0 or h % self.vae_scale or w % self.vae_scale:
-            raise ValueError(f"{type(self).__name__}: image_size {(h, w)} must be positive multiples of "
-                             f"{self.vae_scale} (the VAE's downsampling times the 2x2 packing)")
+            raise ValueError(
+                f"{type(self).__name__}: image_size {(h, w)} must be positive multiples of "
+                f"{self.vae_scale} (the VAE's downsampling times the 2x2 packing)"
+            )
         return h, w
 
     def latent_grid(self, image_size=None) -> tuple[int, int]:
@@ -201,9 +228,11 @@ class DiffusersPolicy:
             scheduler.set_timesteps(sigmas=sigmas, mu=self.schedule_mu(h * w, num_steps), device="cpu")
             computed = scheduler.sigmas.detach().to(torch.float32).cpu()
             if not bool(torch.isfinite(computed).all()):
-                raise ValueError(f"{type(self).__name__}: the pipeline's scheduler gives non-finite sigmas for "
-                                 f"{num_steps} step(s): {computed.tolist()} (diffusers' shift_terminal divides by "
-                                 "zero for a single step); sample with more steps")
+                raise ValueError(
+                    f"{type(self).__name__}: the pipeline's scheduler gives non-finite sigmas for "
+                    f"{num_steps} step(s): {computed.tolist()} (diffusers' shift_terminal divides by "
+                    "zero for a single step); sample with more steps"
+                )
             self._schedules[key] = computed
         return self._schedules[key].clone()
 
@@ -237,7 +266,9 @@ class DiffusersPolicy:
     def negative(self, n: int) -> PromptEmbeds:
         """The fixed negative prompt's conditioning, encoded once, as ``n`` rows."""
         if self._negative is None or self._negative.embeds.device != self.device:  # encoded or moved once
-            self._negative = self.encode([self.negative_prompt]) if self._negative is None else self._negative.to(self.device)
+            self._negative = (
+                self.encode([self.negative_prompt]) if self._negative is None else self._negative.to(self.device)
+            )
         return self._negative.select([0] * n)
 
     negative_prompt: ClassVar[str] = ""
@@ -287,7 +318,9 @@ class DiffusersPolicy:
         elif sharding == "accelerate":
             self._forward = accelerator.prepare(self.transformer)
         else:
-            raise ValueError(f"{type(self).__name__}.prepare: unknown sharding {sharding!r}; use 'accelerate' or 'fsdp2'")
+            raise ValueError(
+                f"{type(self).__name__}.prepare: unknown sharding {sharding!r}; use 'accelerate' or 'fsdp2'"
+            )
         return self._forward
 
     def save_adapter(self, directory: str | Path) -> None:

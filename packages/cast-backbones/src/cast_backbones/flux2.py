@@ -34,8 +34,14 @@ class Flux2Policy(DiffusersPolicy):
     block_lists = ("transformer_blocks", "single_transformer_blocks")
     default_out_layers: tuple[int, ...] = (10, 20, 30)
 
-    def __init__(self, path=None, *, guidance_scale: float = 4.0,
-                 text_encoder_out_layers: Sequence[int] | None = None, **options: Any):
+    def __init__(
+        self,
+        path=None,
+        *,
+        guidance_scale: float = 4.0,
+        text_encoder_out_layers: Sequence[int] | None = None,
+        **options: Any,
+    ):
         super().__init__(path, **options)
         self.guidance_scale = float(guidance_scale)
         self.out_layers = tuple(int(i) for i in (text_encoder_out_layers or self.default_out_layers))
@@ -58,8 +64,12 @@ class Flux2Policy(DiffusersPolicy):
         return latents.reshape(latents.shape[0], latents.shape[1], h * w).permute(0, 2, 1)
 
     def encode_prompts(self, prompts: list[str], device: torch.device) -> PromptEmbeds:
-        embeds, _ = self.pipe.encode_prompt(prompt=prompts, device=device, max_sequence_length=self.max_sequence_length,
-                                            text_encoder_out_layers=self.out_layers)
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            device=device,
+            max_sequence_length=self.max_sequence_length,
+            text_encoder_out_layers=self.out_layers,
+        )
         return PromptEmbeds(embeds)
 
     def image_ids(self, h: int, w: int) -> torch.Tensor:
@@ -68,15 +78,19 @@ class Flux2Policy(DiffusersPolicy):
             self._grid_ids[(h, w)] = _ids(torch.arange(1), torch.arange(h), torch.arange(w), torch.arange(1))
         return self._grid_ids[(h, w)].to(self.device)
 
-    def _transformer(self, x: torch.Tensor, timestep: torch.Tensor, cond: PromptEmbeds, h: int, w: int,
-                     guidance: torch.Tensor | None) -> torch.Tensor:
+    def _transformer(
+        self, x: torch.Tensor, timestep: torch.Tensor, cond: PromptEmbeds, h: int, w: int, guidance: torch.Tensor | None
+    ) -> torch.Tensor:
         n = x.shape[0]
         length = cond.embeds.shape[1]
         txt_ids = _ids(torch.arange(1), torch.arange(1), torch.arange(1), torch.arange(length)).to(self.device)
         out = self._forward(
-            hidden_states=x, timestep=timestep, guidance=guidance,
+            hidden_states=x,
+            timestep=timestep,
+            guidance=guidance,
             encoder_hidden_states=cond.embeds.to(self.device, self.dtype),
-            txt_ids=txt_ids.unsqueeze(0).expand(n, -1, -1), img_ids=self.image_ids(h, w).unsqueeze(0).expand(n, -1, -1),
+            txt_ids=txt_ids.unsqueeze(0).expand(n, -1, -1),
+            img_ids=self.image_ids(h, w).unsqueeze(0).expand(n, -1, -1),
             return_dict=False,
         )[0]
         return out[:, : x.shape[1]]

@@ -20,8 +20,16 @@ import torch
 
 from cast_core.sharding import copy_full_, full_tensor, is_writer
 
-__all__ = ["ADAPTER_FILE", "flux2_targets", "qwen_image_targets", "add_lora", "lora_parameters", "lora_state",
-           "save_lora", "load_lora"]
+__all__ = [
+    "ADAPTER_FILE",
+    "flux2_targets",
+    "qwen_image_targets",
+    "add_lora",
+    "lora_parameters",
+    "lora_state",
+    "save_lora",
+    "load_lora",
+]
 
 ADAPTER_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
 
@@ -32,8 +40,14 @@ def flux2_targets(transformer) -> list[str]:
     output projections by full name (a single block's ``to_out`` is a bare Linear that the
     suffix ``to_out.0`` does not match)."""
     singles = transformer.config.num_single_layers
-    return ["to_k", "to_q", "to_v", "to_out.0", "to_qkv_mlp_proj",
-            *[f"single_transformer_blocks.{i}.attn.to_out" for i in range(singles)]]
+    return [
+        "to_k",
+        "to_q",
+        "to_v",
+        "to_out.0",
+        "to_qkv_mlp_proj",
+        *[f"single_transformer_blocks.{i}.attn.to_out" for i in range(singles)],
+    ]
 
 
 def qwen_image_targets(transformer) -> list[str]:
@@ -51,8 +65,9 @@ def add_lora(transformer, *, rank: int, alpha: float, targets: Sequence[str]) ->
     targets = list(targets)
     if not targets:
         raise ValueError("lora_targets is empty: name at least one module (e.g. to_q)")
-    transformer.add_adapter(LoraConfig(r=int(rank), lora_alpha=float(alpha), init_lora_weights="gaussian",
-                                       target_modules=targets))
+    transformer.add_adapter(
+        LoraConfig(r=int(rank), lora_alpha=float(alpha), init_lora_weights="gaussian", target_modules=targets)
+    )
     for p in lora_parameters(transformer):
         p.data = p.data.float()
 
@@ -77,11 +92,15 @@ def save_lora(pipeline_class, transformer, directory: str | Path) -> None:
     if not is_writer():
         return
     config = transformer.peft_config["default"].to_dict()
-    config["target_modules"] = sorted(config["target_modules"]) if isinstance(config.get("target_modules"), (set, list)) \
+    config["target_modules"] = (
+        sorted(config["target_modules"])
+        if isinstance(config.get("target_modules"), (set, list))
         else config.get("target_modules")
+    )
     Path(directory).mkdir(parents=True, exist_ok=True)
-    pipeline_class.save_lora_weights(str(directory), transformer_lora_layers=state,
-                                     transformer_lora_adapter_metadata=config, safe_serialization=True)
+    pipeline_class.save_lora_weights(
+        str(directory), transformer_lora_layers=state, transformer_lora_adapter_metadata=config, safe_serialization=True
+    )
 
 
 def load_lora(transformer, directory: str | Path) -> None:
@@ -91,8 +110,9 @@ def load_lora(transformer, directory: str | Path) -> None:
 
     path = Path(directory) / ADAPTER_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"no LoRA weights at {path}; expected a directory written by save_adapter "
-                                "(RUN/checkpoints/step-N/adapter)")
+        raise FileNotFoundError(
+            f"no LoRA weights at {path}; expected a directory written by save_adapter (RUN/checkpoints/step-N/adapter)"
+        )
     _check_metadata(transformer, path)
     state = {k.removeprefix("transformer."): v for k, v in load_file(str(path)).items()}
     params = _named_lora(transformer)
@@ -100,11 +120,12 @@ def load_lora(transformer, directory: str | Path) -> None:
     expected = {k: tuple(p.shape) for k, p in params.items()}
     if found != expected:
         bad = sorted(set(found.items()) ^ set(expected.items()))
-        raise ValueError(f"{path} does not match this policy's LoRA (lora_rank / lora_targets differ): "
-                         f"{len(bad)} mismatched tensors, e.g. {bad[0][0]} {bad[0][1]}")
+        raise ValueError(
+            f"{path} does not match this policy's LoRA (lora_rank / lora_targets differ): "
+            f"{len(bad)} mismatched tensors, e.g. {bad[0][0]} {bad[0][1]}"
+        )
     for key, param in params.items():
         copy_full_(param, state[key])
-
 
 
 def _check_metadata(transformer, path: Path) -> None:
@@ -123,5 +144,7 @@ def _check_metadata(transformer, path: Path) -> None:
     ours = transformer.peft_config["default"]
     for key, mine in (("r", ours.r), ("lora_alpha", ours.lora_alpha)):
         if key in meta and float(meta[key]) != float(mine):
-            raise ValueError(f"{path} was trained with {key} = {meta[key]}, this policy has {mine}; build the policy "
-                             f"with the run's lora_rank / lora_alpha (policy_kwargs) to load it")
+            raise ValueError(
+                f"{path} was trained with {key} = {meta[key]}, this policy has {mine}; build the policy "
+                f"with the run's lora_rank / lora_alpha (policy_kwargs) to load it"
+            )

@@ -14,12 +14,18 @@ Qwen-Image configs).
 from cast_core import Recipe, hookimpl, lazy
 
 POLICIES = {
-    "flux2": ("cast_backbones.flux2:Flux2Policy",
-              "FLUX.2-dev (diffusers Flux2Pipeline): guidance-distilled, LoRA; policy_kwargs.path = model directory"),
-    "flux2-klein": ("cast_backbones.flux2:Flux2KleinPolicy",
-                    "FLUX.2-klein (Flux2KleinPipeline): true CFG against the empty prompt, LoRA"),
-    "qwen-image": ("cast_backbones.qwen_image:QwenImagePolicy",
-                   "Qwen-Image / Qwen-Image-2512 (QwenImagePipeline): true CFG with norm rescale, LoRA"),
+    "flux2": (
+        "cast_backbones.flux2:Flux2Policy",
+        "FLUX.2-dev (diffusers Flux2Pipeline): guidance-distilled, LoRA; policy_kwargs.path = model directory",
+    ),
+    "flux2-klein": (
+        "cast_backbones.flux2:Flux2KleinPolicy",
+        "FLUX.2-klein (Flux2KleinPipeline): true CFG against the empty prompt, LoRA",
+    ),
+    "qwen-image": (
+        "cast_backbones.qwen_image:QwenImagePolicy",
+        "Qwen-Image / Qwen-Image-2512 (QwenImagePipeline): true CFG with norm rescale, LoRA",
+    ),
 }
 
 
@@ -36,14 +42,33 @@ def _settings(**overrides):
         # agree (config image_size is left unset and follows it)
         # loaded on the CPU; the text encoder alone visits the GPU to encode every training
         # prompt, leaves (offload_text_encoder), and only then does prepare() bring the transformer
-        "policy_kwargs": {"lora_rank": 64, "lora_alpha": 128, "image_size": [512, 512], "device": "cpu",
-                          "text_encoder_device": "cuda"},
-        "base_dtype": "bfloat16", "precision": "bf16", "gradient_checkpointing": True, "offload_text_encoder": True,
+        "policy_kwargs": {
+            "lora_rank": 64,
+            "lora_alpha": 128,
+            "image_size": [512, 512],
+            "device": "cpu",
+            "text_encoder_device": "cuda",
+        },
+        "base_dtype": "bfloat16",
+        "precision": "bf16",
+        "gradient_checkpointing": True,
+        "offload_text_encoder": True,
         "window_kwargs": {"embedder": "clip", "window_size": 2},
-        "group_size": 16, "prompts_per_step": 4, "lr": 3e-4, "clip_range": 1e-4, "beta": 0.0, "adv_clip": 5.0,
-        "ratio_mode": "position", "lam": 1.0, "gating": "soft", "max_grad_norm": 1.0,
-        "sample_batch_size": 4, "micro_batch_size": 2, "decode_batch_size": 4,
-        "sample_every": 10, "checkpoint_every": 10,
+        "group_size": 16,
+        "prompts_per_step": 4,
+        "lr": 3e-4,
+        "clip_range": 1e-4,
+        "beta": 0.0,
+        "adv_clip": 5.0,
+        "ratio_mode": "position",
+        "lam": 1.0,
+        "gating": "soft",
+        "max_grad_norm": 1.0,
+        "sample_batch_size": 4,
+        "micro_batch_size": 2,
+        "decode_batch_size": 4,
+        "sample_every": 10,
+        "checkpoint_every": 10,
     }
     return {**common, **overrides}
 
@@ -53,9 +78,30 @@ def register_recipes(register):
     # auto: the template grammar where it reads a prompt, else an LLM (decomposer_kwargs.llm_path), else
     # one prompt-level atom; metrics.jsonl counts which
     parts = {"scorer": "soft-tifa", "decomposer": "auto", "projector": "spatial", "window": "clip-curvature"}
-    register("flux2", Recipe(policy="flux2", **parts, settings=_settings(num_steps=8, eta=0.9),
-                             description="CAST on FLUX.2-dev: --set policy_kwargs.path=DIR (one 80 GB GPU or more)"))
-    register("flux2-klein", Recipe(policy="flux2-klein", **parts, settings=_settings(num_steps=8, eta=0.9),
-                                   description="CAST on FLUX.2-klein: --set policy_kwargs.path=DIR"))
-    register("qwen-image", Recipe(policy="qwen-image", **parts, settings=_settings(num_steps=10, eta=1.2),
-                                  description="CAST on Qwen-Image(-2512): --set policy_kwargs.path=DIR"))
+    register(
+        "flux2",
+        Recipe(
+            policy="flux2",
+            **parts,
+            settings=_settings(num_steps=8, eta=0.9),
+            description="CAST on FLUX.2-dev: --set policy_kwargs.path=DIR (one 80 GB GPU or more)",
+        ),
+    )
+    register(
+        "flux2-klein",
+        Recipe(
+            policy="flux2-klein",
+            **parts,
+            settings=_settings(num_steps=8, eta=0.9),
+            description="CAST on FLUX.2-klein: --set policy_kwargs.path=DIR",
+        ),
+    )
+    register(
+        "qwen-image",
+        Recipe(
+            policy="qwen-image",
+            **parts,
+            settings=_settings(num_steps=10, eta=1.2),
+            description="CAST on Qwen-Image(-2512): --set policy_kwargs.path=DIR",
+        ),
+    )

@@ -38,8 +38,11 @@ class QwenImagePolicy(DiffusersPolicy):
     default_lora_targets = staticmethod(qwen_image_targets)
 
     def identity_options(self) -> dict:
-        return {**super().identity_options(), "true_cfg_scale": self.true_cfg_scale,
-                "negative_prompt": self.negative_prompt}
+        return {
+            **super().identity_options(),
+            "true_cfg_scale": self.true_cfg_scale,
+            "negative_prompt": self.negative_prompt,
+        }
 
     @property
     def uses_negative(self) -> bool:
@@ -49,9 +52,13 @@ class QwenImagePolicy(DiffusersPolicy):
         from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift
 
         config = self.pipe.scheduler.config
-        return calculate_shift(image_seq_len, config.get("base_image_seq_len", 256),
-                               config.get("max_image_seq_len", 4096), config.get("base_shift", 0.5),
-                               config.get("max_shift", 1.15))
+        return calculate_shift(
+            image_seq_len,
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.15),
+        )
 
     def noise_shape(self, n: int, h: int, w: int) -> tuple[int, ...]:
         # the pipeline draws (B, 1, C, 2h, 2w) video-shaped latents; the frame axis of 1 does not
@@ -64,7 +71,9 @@ class QwenImagePolicy(DiffusersPolicy):
         return x.reshape(n, h * w, c * 4)
 
     def encode_prompts(self, prompts: list[str], device: torch.device) -> PromptEmbeds:
-        embeds, mask = self.pipe.encode_prompt(prompt=prompts, device=device, max_sequence_length=self.max_sequence_length)
+        embeds, mask = self.pipe.encode_prompt(
+            prompt=prompts, device=device, max_sequence_length=self.max_sequence_length
+        )
         if mask is None:  # the pipeline drops an all-ones mask; rows need one to be concatenated
             mask = torch.ones(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
         return PromptEmbeds(embeds, mask.bool())
@@ -72,10 +81,13 @@ class QwenImagePolicy(DiffusersPolicy):
     def _transformer(self, x: torch.Tensor, timestep: torch.Tensor, cond: PromptEmbeds, h: int, w: int) -> torch.Tensor:
         mask = cond.mask.to(self.device)
         return self._forward(
-            hidden_states=x, timestep=timestep, guidance=None,
+            hidden_states=x,
+            timestep=timestep,
+            guidance=None,
             encoder_hidden_states=cond.embeds.to(self.device, self.dtype),
             encoder_hidden_states_mask=None if bool(mask.all()) else mask,
-            img_shapes=[[(1, h, w)]] * x.shape[0], return_dict=False,
+            img_shapes=[[(1, h, w)]] * x.shape[0],
+            return_dict=False,
         )[0]
 
     def velocity(self, latents: torch.Tensor, sigma, cond: PromptEmbeds, image_size=None) -> torch.Tensor:

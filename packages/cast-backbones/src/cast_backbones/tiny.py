@@ -19,16 +19,36 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["byte_tokenizer", "tiny_flux2_pipeline", "tiny_flux2_klein_pipeline", "tiny_qwen_image_pipeline",
-           "TINY_PIPELINES"]
+__all__ = [
+    "byte_tokenizer",
+    "tiny_flux2_pipeline",
+    "tiny_flux2_klein_pipeline",
+    "tiny_qwen_image_pipeline",
+    "TINY_PIPELINES",
+]
 
 # FLUX.2's scheduler_config.json is FLUX.1-dev's (diffusers' convert script copies it)
-FLUX_SCHEDULER = {"base_image_seq_len": 256, "base_shift": 0.5, "max_image_seq_len": 4096, "max_shift": 1.15,
-                  "num_train_timesteps": 1000, "shift": 3.0, "use_dynamic_shifting": True}
+FLUX_SCHEDULER = {
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "max_image_seq_len": 4096,
+    "max_shift": 1.15,
+    "num_train_timesteps": 1000,
+    "shift": 3.0,
+    "use_dynamic_shifting": True,
+}
 # Qwen-Image's scheduler_config.json (also Qwen-Image-2512's)
-QWEN_SCHEDULER = {"base_image_seq_len": 256, "base_shift": 0.5, "max_image_seq_len": 8192, "max_shift": 0.9,
-                  "num_train_timesteps": 1000, "shift": 1.0, "shift_terminal": 0.02, "use_dynamic_shifting": True,
-                  "time_shift_type": "exponential"}
+QWEN_SCHEDULER = {
+    "base_image_seq_len": 256,
+    "base_shift": 0.5,
+    "max_image_seq_len": 8192,
+    "max_shift": 0.9,
+    "num_train_timesteps": 1000,
+    "shift": 1.0,
+    "shift_terminal": 0.02,
+    "use_dynamic_shifting": True,
+    "time_shift_type": "exponential",
+}
 
 _CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
@@ -63,9 +83,16 @@ def _flux2_transformer(guidance_embeds: bool, text_width: int, *, layers: int = 
     from diffusers import Flux2Transformer2DModel
 
     return Flux2Transformer2DModel(
-        patch_size=1, in_channels=4, num_layers=layers, num_single_layers=single_layers, attention_head_dim=16,
-        num_attention_heads=2, joint_attention_dim=text_width, timestep_guidance_channels=256,
-        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds,
+        patch_size=1,
+        in_channels=4,
+        num_layers=layers,
+        num_single_layers=single_layers,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=text_width,
+        timestep_guidance_channels=256,
+        axes_dims_rope=(4, 4, 4, 4),
+        guidance_embeds=guidance_embeds,
     )
 
 
@@ -73,9 +100,17 @@ def _flux2_vae():
     from diffusers import AutoencoderKLFlux2
 
     return AutoencoderKLFlux2(
-        sample_size=32, in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",),
-        up_block_types=("UpDecoderBlock2D",), block_out_channels=(4,), layers_per_block=1, latent_channels=1,
-        norm_num_groups=1, use_quant_conv=False, use_post_quant_conv=False,
+        sample_size=32,
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        block_out_channels=(4,),
+        layers_per_block=1,
+        latent_channels=1,
+        norm_num_groups=1,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
     )
 
 
@@ -97,8 +132,13 @@ def _flux2_family(pipeline_class, text_encoder, tokenizer, guidance_embeds: bool
     transformer = _flux2_transformer(guidance_embeds, 3 * 16)
     vae = _flux2_vae()
     _randomize_batch_norm(vae, seed)
-    return pipeline_class(scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER), vae=vae,
-                          text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+    return pipeline_class(
+        scheduler=FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
 
 
 def tiny_flux2_pipeline(seed: int = 0):
@@ -110,14 +150,37 @@ def tiny_flux2_pipeline(seed: int = 0):
     _seeded(seed)
     pad, bos, eos = tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id
     config = Mistral3Config(
-        text_config={"model_type": "mistral", "vocab_size": len(tokenizer) + 8, "hidden_size": 16,
-                     "intermediate_size": 37, "max_position_embeddings": 1024, "num_attention_heads": 4,
-                     "num_hidden_layers": 30, "num_key_value_heads": 2, "rms_norm_eps": 1e-05,
-                     "rope_theta": 1e9, "sliding_window": None, "bos_token_id": bos, "eos_token_id": eos,
-                     "pad_token_id": pad},
-        vision_config={"model_type": "pixtral", "hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 4,
-                       "intermediate_size": 37, "image_size": 30, "patch_size": 6, "num_channels": 3},
-        bos_token_id=bos, eos_token_id=eos, pad_token_id=pad, image_seq_length=4, vision_feature_layer=-1,
+        text_config={
+            "model_type": "mistral",
+            "vocab_size": len(tokenizer) + 8,
+            "hidden_size": 16,
+            "intermediate_size": 37,
+            "max_position_embeddings": 1024,
+            "num_attention_heads": 4,
+            "num_hidden_layers": 30,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1e-05,
+            "rope_theta": 1e9,
+            "sliding_window": None,
+            "bos_token_id": bos,
+            "eos_token_id": eos,
+            "pad_token_id": pad,
+        },
+        vision_config={
+            "model_type": "pixtral",
+            "hidden_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 4,
+            "intermediate_size": 37,
+            "image_size": 30,
+            "patch_size": 6,
+            "num_channels": 3,
+        },
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
+        image_seq_length=4,
+        vision_feature_layer=-1,
         image_token_index=len(tokenizer) + 1,
     )
     return _flux2_family(Flux2Pipeline, Mistral3ForConditionalGeneration(config).eval(), tokenizer, True, seed)
@@ -130,10 +193,18 @@ def tiny_flux2_klein_pipeline(seed: int = 0):
 
     tokenizer = byte_tokenizer()
     _seeded(seed)
-    config = Qwen3Config(intermediate_size=16, hidden_size=16, num_hidden_layers=27, num_attention_heads=2,
-                         num_key_value_heads=2, vocab_size=len(tokenizer) + 8, max_position_embeddings=1024,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-                         eos_token_id=tokenizer.eos_token_id)
+    config = Qwen3Config(
+        intermediate_size=16,
+        hidden_size=16,
+        num_hidden_layers=27,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=len(tokenizer) + 8,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return _flux2_family(Flux2KleinPipeline, Qwen3ForCausalLM(config).eval(), tokenizer, False, seed)
 
 
@@ -147,29 +218,57 @@ def tiny_qwen_image_pipeline(seed: int = 0):
     tokenizer = byte_tokenizer()
     _seeded(seed)
     transformer = QwenImageTransformer2DModel(
-        patch_size=2, in_channels=16, out_channels=4, num_layers=2, attention_head_dim=16, num_attention_heads=3,
-        joint_attention_dim=16, guidance_embeds=False, axes_dims_rope=(8, 4, 4),
+        patch_size=2,
+        in_channels=16,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=3,
+        joint_attention_dim=16,
+        guidance_embeds=False,
+        axes_dims_rope=(8, 4, 4),
     )
     z_dim = 4
     gen = torch.Generator().manual_seed(seed + 1)
     vae = AutoencoderKLQwenImage(
-        base_dim=z_dim * 6, z_dim=z_dim, dim_mult=[1, 2, 4], num_res_blocks=1, temperal_downsample=[False, True],
+        base_dim=z_dim * 6,
+        z_dim=z_dim,
+        dim_mult=[1, 2, 4],
+        num_res_blocks=1,
+        temperal_downsample=[False, True],
         latents_mean=(0.2 * torch.randn(z_dim, generator=gen)).tolist(),
         latents_std=(0.5 + torch.rand(z_dim, generator=gen)).tolist(),
     )
     vocab = len(tokenizer) + 8
     config = Qwen2_5_VLConfig(
-        text_config={"hidden_size": 16, "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-                     "num_key_value_heads": 2, "vocab_size": vocab,
-                     "rope_scaling": {"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
-                     "rope_theta": 1000000.0, "pad_token_id": tokenizer.pad_token_id},
+        text_config={
+            "hidden_size": 16,
+            "intermediate_size": 16,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2,
+            "vocab_size": vocab,
+            "rope_scaling": {"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
+            "rope_theta": 1000000.0,
+            "pad_token_id": tokenizer.pad_token_id,
+        },
         vision_config={"depth": 2, "hidden_size": 16, "intermediate_size": 16, "num_heads": 2, "out_hidden_size": 16},
-        hidden_size=16, vocab_size=vocab, vision_start_token_id=vocab - 3, vision_end_token_id=vocab - 2,
-        vision_token_id=vocab - 1, image_token_id=vocab - 4, video_token_id=vocab - 5,
+        hidden_size=16,
+        vocab_size=vocab,
+        vision_start_token_id=vocab - 3,
+        vision_end_token_id=vocab - 2,
+        vision_token_id=vocab - 1,
+        image_token_id=vocab - 4,
+        video_token_id=vocab - 5,
     )
     text_encoder = Qwen2_5_VLForConditionalGeneration(config).eval()
-    return QwenImagePipeline(scheduler=FlowMatchEulerDiscreteScheduler(**QWEN_SCHEDULER), vae=vae,
-                             text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer)
+    return QwenImagePipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(**QWEN_SCHEDULER),
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+    )
 
 
 #: policy name -> builder of its tiny pipeline

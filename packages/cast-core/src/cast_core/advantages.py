@@ -28,9 +28,17 @@ from typing import Sequence
 import torch
 
 __all__ = [
-    "GATING_MODES", "gate_scores", "atom_advantages", "prompt_advantages", "group_zscore",
-    "geometric_mean", "AdvantageStats", "advantage_stats", "topological_order",
-    "log_gm_atom_advantages", "LOG_FLOOR",
+    "GATING_MODES",
+    "gate_scores",
+    "atom_advantages",
+    "prompt_advantages",
+    "group_zscore",
+    "geometric_mean",
+    "AdvantageStats",
+    "advantage_stats",
+    "topological_order",
+    "log_gm_atom_advantages",
+    "LOG_FLOOR",
 ]
 
 GATING_MODES = ("soft", "hard")

@@ -33,7 +33,9 @@ def checkpoint_dirs(run_dir: str | Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / "state.json").is_file()]
+    found = [
+        (int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and (p / "state.json").is_file()
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -122,9 +124,18 @@ def find_intact_checkpoint(run_dir: str | Path) -> tuple[Path | None, list[tuple
     return None, skipped
 
 
-def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torch.optim.Optimizer,
-                    state: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None, keep: int = 3,
-                    write_extra: Callable[[Path], None] | None = None, *, writer: bool = True) -> Path:
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    tensors: dict[str, torch.Tensor] | None = None,
+    keep: int = 3,
+    write_extra: Callable[[Path], None] | None = None,
+    *,
+    writer: bool = True,
+) -> Path:
     """Write ``checkpoints/step-{step:05d}`` atomically and delete all but the newest ``keep``.
     ``write_extra(directory)`` may add files (e.g. an EMA adapter) before the rename, so they are
     part of the same all-or-nothing checkpoint.
@@ -140,8 +151,10 @@ def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torc
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
     policy.save_adapter(tmp / "adapter")
-    blob = {"optimizer": full_optimizer_state(optimizer),
-            "tensors": {k: full_tensor(v).detach().cpu() for k, v in (tensors or {}).items()}}
+    blob = {
+        "optimizer": full_optimizer_state(optimizer),
+        "tensors": {k: full_tensor(v).detach().cpu() for k, v in (tensors or {}).items()},
+    }
     if write_extra is not None:
         write_extra(tmp)
     if not writer:
@@ -157,7 +170,9 @@ def save_checkpoint(run_dir: str | Path, step: int, policy: Any, optimizer: torc
     return final
 
 
-def load_checkpoint(path: str | Path, policy: Any, optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def load_checkpoint(
+    path: str | Path, policy: Any, optimizer: torch.optim.Optimizer
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """Restore adapter and optimizer from ``path``; returns ``(state, tensors)``."""
     path = Path(path)
     if not (path / "state.json").is_file():

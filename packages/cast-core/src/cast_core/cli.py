@@ -59,7 +59,12 @@ def install_plugin_commands(group: click.Group = cli) -> None:
             group.commands.clear()
             group.commands.update(before)
             record_failure(
-                PluginFailure(source.entry_point, source.distribution, source.version, f"register_commands raised {type(err).__name__}: {err}"),
+                PluginFailure(
+                    source.entry_point,
+                    source.distribution,
+                    source.version,
+                    f"register_commands raised {type(err).__name__}: {err}",
+                ),
                 err,
             )
             continue
@@ -92,10 +97,19 @@ def plugins_command(as_json: bool) -> None:
     for entry in data["plugins"]:
         kinds = entry["components"] or {"": []}
         for i, (kind, names) in enumerate(kinds.items()):
-            table.add_row(entry["name"] if i == 0 else "", entry["version"] if i == 0 else "", kind, ", ".join(names) or "(none yet)")
+            table.add_row(
+                entry["name"] if i == 0 else "",
+                entry["version"] if i == 0 else "",
+                kind,
+                ", ".join(names) or "(none yet)",
+            )
     console.print(table)
     for f in data["failed"]:
-        console.print(f"[red]failed:[/red] {f['name']} from {f['distribution']} {f['version']}: {f['error']}", markup=True, highlight=False)
+        console.print(
+            f"[red]failed:[/red] {f['name']} from {f['distribution']} {f['version']}: {f['error']}",
+            markup=True,
+            highlight=False,
+        )
 
 
 def _add_core_commands() -> None:
@@ -109,8 +123,16 @@ def _add_core_commands() -> None:
     from cast_core.commands.signal import signal_command
     from cast_core.commands.train import train_command
 
-    for command in (decompose_command, score_command, train_command, sample_command, eval_command, report_command,
-                    signal_command, compare_command):
+    for command in (
+        decompose_command,
+        score_command,
+        train_command,
+        sample_command,
+        eval_command,
+        report_command,
+        signal_command,
+        compare_command,
+    ):
         cli.add_command(command)
 
 

@@ -16,8 +16,14 @@ from typing import Any, Callable, Sequence
 
 from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences, paired_stats
 
-__all__ = ["LAYOUT", "evaluate_over_seeds", "compare_evaluations", "compare_over_seeds", "summarise_seeds",
-           "pool_evaluations"]
+__all__ = [
+    "LAYOUT",
+    "evaluate_over_seeds",
+    "compare_evaluations",
+    "compare_over_seeds",
+    "summarise_seeds",
+    "pool_evaluations",
+]
 
 #: the ``layout`` key of every base-vs-trained comparison (documented in :mod:`cast_core.run_dir`)
 LAYOUT = "cast-comparison/1"
@@ -28,26 +34,49 @@ def _brief(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _paired(base: dict[str, Any], trained: dict[str, Any]) -> dict[str, Any]:
-    return {"base": _brief(base), "trained": _brief(trained), "gm_difference": paired_difference(base, trained),
-            "skill_differences": paired_skill_differences(base, trained)}
+    return {
+        "base": _brief(base),
+        "trained": _brief(trained),
+        "gm_difference": paired_difference(base, trained),
+        "skill_differences": paired_skill_differences(base, trained),
+    }
 
 
-def evaluate_over_seeds(policy, prompts: Sequence[str], scorer, decomposer, *, seeds: Sequence[int],
-                        images_per_prompt: int = 4, num_steps: int = 10,
-                        progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+def evaluate_over_seeds(
+    policy,
+    prompts: Sequence[str],
+    scorer,
+    decomposer,
+    *,
+    seeds: Sequence[int],
+    images_per_prompt: int = 4,
+    num_steps: int = 10,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict[str, Any]]:
     """:func:`~cast_core.evaluation.evaluate` once per seed, in order; ``progress(done, total)``
     counts images over all the seeds."""
     per_seed = len(prompts) * images_per_prompt
     total, out = per_seed * len(seeds), []
     for i, seed in enumerate(seeds):
         tick = (lambda done, _n, o=i * per_seed: progress(o + done, total)) if progress else None
-        out.append(evaluate(policy, prompts, scorer, decomposer, images_per_prompt=images_per_prompt,
-                            num_steps=num_steps, seed=int(seed), progress=tick))
+        out.append(
+            evaluate(
+                policy,
+                prompts,
+                scorer,
+                decomposer,
+                images_per_prompt=images_per_prompt,
+                num_steps=num_steps,
+                seed=int(seed),
+                progress=tick,
+            )
+        )
     return out
 
 
-def compare_evaluations(seeds: Sequence[int], base: Sequence[dict[str, Any]],
-                        trained: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def compare_evaluations(
+    seeds: Sequence[int], base: Sequence[dict[str, Any]], trained: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     """The one record of base vs trained that the demo (``comparison.json``), the bench (each
     run's ``result.json``) and ``cast compare`` write and the report reads, from one
     :func:`~cast_core.evaluation.evaluate` result per seed of each model (same prompts, same
@@ -59,19 +88,35 @@ def compare_evaluations(seeds: Sequence[int], base: Sequence[dict[str, Any]],
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"a comparison needs distinct evaluation seeds, got {seeds}")
     if len(base) != len(seeds) or len(trained) != len(seeds):
-        raise ValueError(f"one evaluation per seed of each model: {len(seeds)} seeds, "
-                         f"{len(base)} base and {len(trained)} trained evaluations")
+        raise ValueError(
+            f"one evaluation per seed of each model: {len(seeds)} seeds, "
+            f"{len(base)} base and {len(trained)} trained evaluations"
+        )
     rows = [{"seed": seed, **_paired(b, t)} for seed, b, t in zip(seeds, base, trained)]
     first = base[0]
-    return {"layout": LAYOUT, "seeds": seeds, "prompts": first["prompts"],
-            "images_per_prompt": first["images"] // first["prompts"], "per_seed": rows,
-            "pooled": _paired(pool_evaluations(base), pool_evaluations(trained)),
-            "over_seeds": summarise_seeds(rows) if len(rows) > 1 else None}
+    return {
+        "layout": LAYOUT,
+        "seeds": seeds,
+        "prompts": first["prompts"],
+        "images_per_prompt": first["images"] // first["prompts"],
+        "per_seed": rows,
+        "pooled": _paired(pool_evaluations(base), pool_evaluations(trained)),
+        "over_seeds": summarise_seeds(rows) if len(rows) > 1 else None,
+    }
 
 
-def compare_over_seeds(before, after, prompts: Sequence[str], scorer, decomposer, *, seeds: Sequence[int],
-                       images_per_prompt: int = 4, num_steps: int = 10,
-                       progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def compare_over_seeds(
+    before,
+    after,
+    prompts: Sequence[str],
+    scorer,
+    decomposer,
+    *,
+    seeds: Sequence[int],
+    images_per_prompt: int = 4,
+    num_steps: int = 10,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """Evaluate ``before`` (the base) and ``after`` (the trained policy) with every seed in
     ``seeds``, each seed's pair on the same noise: :func:`compare_evaluations` of the results.
     ``progress(done, total)`` counts images over both models and all seeds."""
@@ -81,8 +126,18 @@ def compare_over_seeds(before, after, prompts: Sequence[str], scorer, decomposer
     runs = []
     for j, policy in enumerate((before, after)):
         tick = (lambda done, total, j=j: progress(j * total + done, 2 * total)) if progress else None
-        runs.append(evaluate_over_seeds(policy, prompts, scorer, decomposer, seeds=seeds,
-                                        images_per_prompt=images_per_prompt, num_steps=num_steps, progress=tick))
+        runs.append(
+            evaluate_over_seeds(
+                policy,
+                prompts,
+                scorer,
+                decomposer,
+                seeds=seeds,
+                images_per_prompt=images_per_prompt,
+                num_steps=num_steps,
+                progress=tick,
+            )
+        )
     return compare_evaluations(seeds, *runs)
 
 
@@ -116,8 +171,10 @@ def pool_evaluations(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     first = results[0]
     for r in results[1:]:
         if r["prompts"] != first["prompts"] or r["images"] != first["images"]:
-            raise ValueError(f"cannot pool evaluations of different sizes: {r['prompts']} prompts / {r['images']} images "
-                             f"vs {first['prompts']} / {first['images']}")
+            raise ValueError(
+                f"cannot pool evaluations of different sizes: {r['prompts']} prompts / {r['images']} images "
+                f"vs {first['prompts']} / {first['images']}"
+            )
     n = len(results)
 
     def avg(values):
@@ -131,6 +188,7 @@ def pool_evaluations(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "images": sum(r["images"] for r in results),
         "prompts": first["prompts"],
         "per_prompt_gm": [avg(v) for v in zip(*(r["per_prompt_gm"] for r in results))],
-        "per_prompt_skill": [{k: avg([d[k] for d in ds]) for k in ds[0]}
-                             for ds in zip(*(r["per_prompt_skill"] for r in results))],
+        "per_prompt_skill": [
+            {k: avg([d[k] for d in ds]) for k in ds[0]} for ds in zip(*(r["per_prompt_skill"] for r in results))
+        ],
     }

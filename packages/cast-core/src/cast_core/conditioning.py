@@ -27,7 +27,13 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 import torch
 
 __all__ = [
-    "Conditioning", "PromptEmbeds", "select_rows", "concat_rows", "move_to", "num_rows", "PromptCache",
+    "Conditioning",
+    "PromptEmbeds",
+    "select_rows",
+    "concat_rows",
+    "move_to",
+    "num_rows",
+    "PromptCache",
     "check_conditioning",
 ]
 
@@ -133,7 +139,9 @@ class PromptEmbeds:
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "PromptEmbeds":
         return PromptEmbeds(
-            fn(self.embeds), None if self.mask is None else fn(self.mask), None if self.pooled is None else fn(self.pooled),
+            fn(self.embeds),
+            None if self.mask is None else fn(self.mask),
+            None if self.pooled is None else fn(self.pooled),
             None if self.extra is None else {k: fn(v) for k, v in self.extra.items()},
         )
 
@@ -151,9 +159,14 @@ class PromptEmbeds:
             return self
         used = self.mask.any(0).nonzero()
         keep = int(used.max()) + 1 if len(used) else 1
-        return PromptEmbeds(self.embeds[:, :keep], self.mask[:, :keep], self.pooled,
-                            None if self.extra is None else {k: (v[:, :keep] if _is_per_token(v, self) else v)
-                                                             for k, v in self.extra.items()})
+        return PromptEmbeds(
+            self.embeds[:, :keep],
+            self.mask[:, :keep],
+            self.pooled,
+            None
+            if self.extra is None
+            else {k: (v[:, :keep] if _is_per_token(v, self) else v) for k, v in self.extra.items()},
+        )
 
     @classmethod
     def concat(cls, parts: Sequence["PromptEmbeds"]) -> "PromptEmbeds":
@@ -174,8 +187,12 @@ class PromptEmbeds:
         pooled = None if parts[0].pooled is None else torch.cat([p.pooled for p in parts])
         extra = None
         if parts[0].extra is not None:
-            extra = {k: torch.cat([_pad_to(p.extra[k], length) if _is_per_token(p.extra[k], p) else p.extra[k]
-                                   for p in parts]) for k in parts[0].extra}
+            extra = {
+                k: torch.cat(
+                    [_pad_to(p.extra[k], length) if _is_per_token(p.extra[k], p) else p.extra[k] for p in parts]
+                )
+                for k in parts[0].extra
+            }
         return cls(embeds, mask, pooled, extra)
 
 
@@ -194,8 +211,15 @@ class PromptCache:
     are dropped; 0 = unbounded, used when the text encoder is offloaded after pre-encoding).
     """
 
-    def __init__(self, encode: Callable[[list[str]], Any], *, device: Any = None, store_device: Any = "cpu",
-                 max_entries: int = 4096, who: str = "the policy"):
+    def __init__(
+        self,
+        encode: Callable[[list[str]], Any],
+        *,
+        device: Any = None,
+        store_device: Any = "cpu",
+        max_entries: int = 4096,
+        who: str = "the policy",
+    ):
         self.encode, self.device, self.store_device = encode, device, store_device
         self.max_entries, self.who = int(max_entries), who
         self.rows: OrderedDict[str, Any] = OrderedDict()
@@ -207,11 +231,13 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def warm(self, prompts: Sequence[str], batch_size: int = 32, progress: Callable[[int, int], None] | None = None) -> None:
+    def warm(
+        self, prompts: Sequence[str], batch_size: int = 32, progress: Callable[[int, int], None] | None = None
+    ) -> None:
         """Encode every prompt of ``prompts`` not cached yet, ``batch_size`` at a time."""
         todo = list(dict.fromkeys(p for p in prompts if p not in self.rows))
         for i in range(0, len(todo), batch_size):
-            self._encode(todo[i:i + batch_size])
+            self._encode(todo[i : i + batch_size])
             if progress:
                 progress(min(i + batch_size, len(todo)), len(todo))
 

@@ -29,8 +29,16 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 
-def _f(default: Any, help: str, *, low: float | None = None, high: float | None = None,
-       choices: tuple | None = None, low_open: bool = False, factory: Any = None) -> Any:
+def _f(
+    default: Any,
+    help: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    choices: tuple | None = None,
+    low_open: bool = False,
+    factory: Any = None,
+) -> Any:
     meta = {"help": help, "low": low, "high": high, "choices": choices, "low_open": low_open}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -49,10 +57,15 @@ class TrainConfig:
     policy_kwargs: dict = _f(None, "keyword arguments for the policy factory", factory=dict)
     scorer_kwargs: dict = _f(None, "keyword arguments for the scorer factory", factory=dict)
     window_kwargs: dict = _f(None, "keyword arguments for the window selector factory", factory=dict)
-    decomposer_kwargs: dict = _f(None, "keyword arguments for the decomposer factory (e.g. geneval2's data file)",
-                                 factory=dict)
-    prompts: Any = _f(None, "training prompts: a list, a text file (one a line), 'suite:NAME' (a registered "
-                   "prompt suite) or 'module:callable' (runs code: needs --allow-code-prompts outside a recipe)", factory=list)
+    decomposer_kwargs: dict = _f(
+        None, "keyword arguments for the decomposer factory (e.g. geneval2's data file)", factory=dict
+    )
+    prompts: Any = _f(
+        None,
+        "training prompts: a list, a text file (one a line), 'suite:NAME' (a registered "
+        "prompt suite) or 'module:callable' (runs code: needs --allow-code-prompts outside a recipe)",
+        factory=list,
+    )
     # -- sampling -----------------------------------------------------------------------------
     num_steps: int = _f(10, "denoising steps per image", low=1, high=1000)
     image_size: list | None = _f(None, "[height, width]; unset = the policy's default")
@@ -61,45 +74,82 @@ class TrainConfig:
     window_size: int = _f(2, "number of SDE steps when no selector is given", low=1, high=1000)
     prompts_per_step: int = _f(2, "distinct prompts per training step", low=1, high=100_000)
     group_size: int = _f(8, "images per prompt (the GRPO group)", low=2, high=10_000)
-    group_noise: str = _f("independent", "initial noise per image (independent) or one per group (shared, DanceGRPO's "
-                          "init_same_noise: outcomes then differ only through the window's SDE noise)",
-                          choices=("independent", "shared"))
-    noise_block: int = _f(1, "SDE noise shared by runs of this many consecutive latent channels (1 = Flow-GRPO's "
-                          "white noise; for the shapes policy 16 = one value per patch and colour)", low=1, high=100_000)
-    sample_batch_size: int = _f(0, "images per sampling forward pass (per process); 0 = all at once", low=0, high=100_000)
-    decode_batch_size: int = _f(0, "latents per decode call (the VAE of a large model needs chunks); 0 = all at once",
-                                low=0, high=100_000)
-    prompt_cache_size: int = _f(4096, "prompt embeddings kept (on the CPU) between steps; 0 = unbounded", low=0,
-                                high=10_000_000)
-    offload_text_encoder: bool = _f(False, "encode every training prompt at the start, then let the policy release "
-                                    "its text encoder (offload_text_encoder())")
+    group_noise: str = _f(
+        "independent",
+        "initial noise per image (independent) or one per group (shared, DanceGRPO's "
+        "init_same_noise: outcomes then differ only through the window's SDE noise)",
+        choices=("independent", "shared"),
+    )
+    noise_block: int = _f(
+        1,
+        "SDE noise shared by runs of this many consecutive latent channels (1 = Flow-GRPO's "
+        "white noise; for the shapes policy 16 = one value per patch and colour)",
+        low=1,
+        high=100_000,
+    )
+    sample_batch_size: int = _f(
+        0, "images per sampling forward pass (per process); 0 = all at once", low=0, high=100_000
+    )
+    decode_batch_size: int = _f(
+        0, "latents per decode call (the VAE of a large model needs chunks); 0 = all at once", low=0, high=100_000
+    )
+    prompt_cache_size: int = _f(
+        4096, "prompt embeddings kept (on the CPU) between steps; 0 = unbounded", low=0, high=10_000_000
+    )
+    offload_text_encoder: bool = _f(
+        False,
+        "encode every training prompt at the start, then let the policy release "
+        "its text encoder (offload_text_encoder())",
+    )
     # -- advantages ---------------------------------------------------------------------------
     gating: str = _f("soft", "DSG gating of child atoms", choices=("soft", "hard"))
     lam: float = _f(1.0, "weight of the prompt-level advantage in the spatial map", low=0.0, high=100.0)
-    heatmap_norm: str = _f("max", "spatial projector: scale each heatmap to peak 1 (max) or to the group's mean mass (mass)",
-                           choices=("max", "mass"))
-    atom_credit: str = _f("zscore", "spatial projector: each atom z-scored on its own (zscore, the paper's) or the "
-                          "prompt's log-GM advantage split among its atoms (log-gm)", choices=("zscore", "log-gm"))
-    heatmap_source: str = _f("final", "spatial projector: heatmaps of the final image (final) or of the Tweedie "
-                             "estimate x̂0 before the window's first step (x0; unbiased, see docs/shapes-rl.md)",
-                             choices=("final", "x0"))
+    heatmap_norm: str = _f(
+        "max",
+        "spatial projector: scale each heatmap to peak 1 (max) or to the group's mean mass (mass)",
+        choices=("max", "mass"),
+    )
+    atom_credit: str = _f(
+        "zscore",
+        "spatial projector: each atom z-scored on its own (zscore, the paper's) or the "
+        "prompt's log-GM advantage split among its atoms (log-gm)",
+        choices=("zscore", "log-gm"),
+    )
+    heatmap_source: str = _f(
+        "final",
+        "spatial projector: heatmaps of the final image (final) or of the Tweedie "
+        "estimate x̂0 before the window's first step (x0; unbiased, see docs/shapes-rl.md)",
+        choices=("final", "x0"),
+    )
     adv_clip: float = _f(5.0, "advantages are clipped to ±adv_clip", low=0.0, high=1e6, low_open=True)
     # -- objective ----------------------------------------------------------------------------
-    ratio_mode: str = _f("position", "per-position ratios (CAST) or one per sample (Flow-GRPO)", choices=("position", "sample"))
+    ratio_mode: str = _f(
+        "position", "per-position ratios (CAST) or one per sample (Flow-GRPO)", choices=("position", "sample")
+    )
     clip_range: float = _f(1e-4, "PPO clip range ε", low=0.0, high=1.0, low_open=True)
     beta: float = _f(0.0, "KL weight against the adapter-free reference", low=0.0, high=1e3)
     inner_epochs: int = _f(1, "passes over each batch of samples", low=1, high=100)
-    minibatch_size: int = _f(0, "samples per optimizer step, over all processes; 0 = the whole step's batch",
-                             low=0, high=100_000)
-    micro_batch_size: int = _f(0, "samples per forward/backward pass on one process; gradients accumulate up to "
-                               "minibatch_size (same update, less memory); 0 = the whole minibatch", low=0, high=100_000)
-    gradient_checkpointing: bool = _f(False, "recompute the policy's activations in the backward pass "
-                                      "(enable_gradient_checkpointing())")
-    sharding: str = _f("accelerate", "how several processes hold the policy: accelerate = as the launcher's accelerate config "
-                       "says (DDP: a full copy per process; FSDP2 under an accelerate FSDP config, GPUs only); "
-                       "fsdp2 = each process a slice of every weight, by torch's fully_shard under any launcher, "
-                       "CPU included (the policy's prepare must accept sharding)",
-                       choices=("accelerate", "fsdp2"))
+    minibatch_size: int = _f(
+        0, "samples per optimizer step, over all processes; 0 = the whole step's batch", low=0, high=100_000
+    )
+    micro_batch_size: int = _f(
+        0,
+        "samples per forward/backward pass on one process; gradients accumulate up to "
+        "minibatch_size (same update, less memory); 0 = the whole minibatch",
+        low=0,
+        high=100_000,
+    )
+    gradient_checkpointing: bool = _f(
+        False, "recompute the policy's activations in the backward pass (enable_gradient_checkpointing())"
+    )
+    sharding: str = _f(
+        "accelerate",
+        "how several processes hold the policy: accelerate = as the launcher's accelerate config "
+        "says (DDP: a full copy per process; FSDP2 under an accelerate FSDP config, GPUs only); "
+        "fsdp2 = each process a slice of every weight, by torch's fully_shard under any launcher, "
+        "CPU included (the policy's prepare must accept sharding)",
+        choices=("accelerate", "fsdp2"),
+    )
     # -- optimizer ----------------------------------------------------------------------------
     lr: float = _f(1e-4, "AdamW learning rate", low=0.0, high=1.0, low_open=True)
     weight_decay: float = _f(0.0, "AdamW weight decay", low=0.0, high=1.0)
@@ -107,24 +157,42 @@ class TrainConfig:
     adam_beta2: float = _f(0.999, "AdamW β2", low=0.0, high=1.0)
     adam_eps: float = _f(1e-8, "AdamW ε", low=0.0, high=1.0, low_open=True)
     max_grad_norm: float = _f(1.0, "gradient clipping norm; 0 = off", low=0.0, high=1e6)
-    ema: float = _f(0.0, "EMA decay of the adapter; > 0 also writes checkpoints/step-N/ema-adapter/ "
-                     "(score it with cast eval --adapter); 0 = off", low=0.0, high=1.0)
+    ema: float = _f(
+        0.0,
+        "EMA decay of the adapter; > 0 also writes checkpoints/step-N/ema-adapter/ "
+        "(score it with cast eval --adapter); 0 = off",
+        low=0.0,
+        high=1.0,
+    )
     # -- run ----------------------------------------------------------------------------------
     steps: int = _f(100, "training steps", low=1, high=10_000_000)
     max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)
     seed: int = _f(0, "seed of every random choice (prompts, noise, windows)", low=0, high=2**63 - 1)
-    precision: str = _f("no", "bf16 = autocast the policy's forward passes (sampling and update); the trainable "
-                        "adapter, optimizer and SDE maths stay float32", choices=("no", "bf16"))
-    base_dtype: str = _f("float32", "dtype of the policy's frozen base weights (passed as torch_dtype); bfloat16 halves "
-                         "their memory and needs precision = \"bf16\"; the adapter stays float32",
-                         choices=("float32", "bfloat16"))
-    cpu: bool = _f(False, "accelerate's cpu flag; where the policy runs is policy_kwargs' device (e.g. device=\"cuda\")")
+    precision: str = _f(
+        "no",
+        "bf16 = autocast the policy's forward passes (sampling and update); the trainable "
+        "adapter, optimizer and SDE maths stay float32",
+        choices=("no", "bf16"),
+    )
+    base_dtype: str = _f(
+        "float32",
+        "dtype of the policy's frozen base weights (passed as torch_dtype); bfloat16 halves "
+        'their memory and needs precision = "bf16"; the adapter stays float32',
+        choices=("float32", "bfloat16"),
+    )
+    cpu: bool = _f(
+        False, "accelerate's cpu flag; where the policy runs is policy_kwargs' device (e.g. device=\"cuda\")"
+    )
     log_every: int = _f(1, "write metrics every N steps", low=1, high=1_000_000)
     sample_every: int = _f(10, "write a sample grid every N steps; 0 = never", low=0, high=1_000_000)
     checkpoint_every: int = _f(10, "checkpoint every N steps", low=1, high=1_000_000)
     keep_checkpoints: int = _f(3, "checkpoints kept (oldest deleted)", low=1, high=1000)
-    log_with: Any = _f(None, "experiment trackers through accelerate, e.g. \"tensorboard\" or [\"tensorboard\", "
-                             "\"wandb\"] (metrics.jsonl is written either way)", factory=list)
+    log_with: Any = _f(
+        None,
+        'experiment trackers through accelerate, e.g. "tensorboard" or ["tensorboard", '
+        '"wandb"] (metrics.jsonl is written either way)',
+        factory=list,
+    )
     tracker_project: str = _f("", "the trackers' project / run name (default: the run directory's name)")
 
     # -------------------------------------------------------------------------------------------
@@ -132,15 +200,21 @@ class TrainConfig:
         for f in fields(self):
             _check(f, getattr(self, f.name))
         if self.image_size is not None and (
-                not isinstance(self.image_size, (list, tuple)) or len(self.image_size) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in self.image_size)):
-            raise ConfigError(f"config key 'image_size': {self.image_size!r} is not [height, width] in positive pixels, "
-                              "e.g. image_size = [512, 512]")
+            not isinstance(self.image_size, (list, tuple))
+            or len(self.image_size) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in self.image_size)
+        ):
+            raise ConfigError(
+                f"config key 'image_size': {self.image_size!r} is not [height, width] in positive pixels, "
+                "e.g. image_size = [512, 512]"
+            )
         if isinstance(self.prompts, (list, tuple)):
             bad = next(((i, p) for i, p in enumerate(self.prompts) if not isinstance(p, str) or not p.strip()), None)
             if bad is not None:
-                raise ConfigError(f"config key 'prompts': item {bad[0]} is {bad[1]!r} ({type(bad[1]).__name__}); prompts "
-                                  'are non-empty text, e.g. prompts = ["a red circle", "two blue squares"]')
+                raise ConfigError(
+                    f"config key 'prompts': item {bad[0]} is {bad[1]!r} ({type(bad[1]).__name__}); prompts "
+                    'are non-empty text, e.g. prompts = ["a red circle", "two blue squares"]'
+                )
         if self.window is None and self.window_start + self.window_size > self.num_steps:
             raise ConfigError(
                 f"window_start={self.window_start} + window_size={self.window_size} exceeds "
@@ -149,7 +223,7 @@ class TrainConfig:
         if self.base_dtype == "bfloat16" and self.precision != "bf16":
             raise ConfigError(
                 'base_dtype = "bfloat16" needs precision = "bf16" (float32 activations cannot meet bfloat16 '
-                'weights); add --set precision=\"bf16\"'
+                'weights); add --set precision="bf16"'
             )
         return self
 
@@ -172,8 +246,9 @@ class TrainConfig:
         """``policy_kwargs.path = X``: set one entry of a dict option (nested dicts by further
         dots), keeping the entries a recipe or config file gave it."""
         if not _type_name(f).startswith("dict"):
-            raise ConfigError(f"{source}: config key {f.name!r} is not a table, so {f.name}.{path} cannot be set; "
-                              f"use {f.name}=VALUE")
+            raise ConfigError(
+                f"{source}: config key {f.name!r} is not a table, so {f.name}.{path} cannot be set; use {f.name}=VALUE"
+            )
         keys = path.split(".")
         if not all(keys):
             raise ConfigError(f"{source}: {f.name}.{path!r} has an empty part; write e.g. {f.name}.path=VALUE")
@@ -182,7 +257,7 @@ class TrainConfig:
         for i, k in enumerate(keys[:-1]):
             table = table.setdefault(k, {})
             if not isinstance(table, dict):
-                raise ConfigError(f"{source}: {f.name}.{'.'.join(keys[:i + 1])} is {table!r}, not a table")
+                raise ConfigError(f"{source}: {f.name}.{'.'.join(keys[: i + 1])} is {table!r}, not a table")
         table[keys[-1]] = raw
         setattr(self, f.name, merged)
 
@@ -242,9 +317,11 @@ def _check(f: dataclasses.Field, value: Any) -> None:
         raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {', '.join(map(repr, m['choices']))}")
     low, high = m.get("low"), m.get("high")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and (low is not None or high is not None):
-        bad = (isinstance(value, float) and not math.isfinite(value)) or (
-            low is not None and (value <= low if m.get("low_open") else value < low)
-        ) or (high is not None and value > high)
+        bad = (
+            (isinstance(value, float) and not math.isfinite(value))
+            or (low is not None and (value <= low if m.get("low_open") else value < low))
+            or (high is not None and value > high)
+        )
         if bad:
             lo = f"({low}" if m.get("low_open") else f"[{low}"
             raise ConfigError(f"{where}: value {value!r} is out of range {lo}, {high}] ({m['help']})")
@@ -277,9 +354,11 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     if "train" in data:  # the [train] table layout: then it must hold every key
         others = sorted(k for k in data if k != "train")
         if others:
-            raise ConfigError(f"config file {path}: key(s) {', '.join(others)} sit beside a [train] table and would be "
-                              "ignored; put every key at the top level (the layout of a run's config.toml) or every "
-                              "key inside [train]")
+            raise ConfigError(
+                f"config file {path}: key(s) {', '.join(others)} sit beside a [train] table and would be "
+                "ignored; put every key at the top level (the layout of a run's config.toml) or every "
+                "key inside [train]"
+            )
         if not isinstance(data["train"], dict):
             raise ConfigError(f"config file {path}:{key_line(path, 'train') or 1}: 'train' must be a table ([train])")
         return data["train"]
@@ -344,9 +423,14 @@ DEFAULT_RECIPES = ("shapes", "cast")
 COMPONENT_KEYS = ("policy", "scorer", "window", "decomposer", "projector")
 
 
-def build_config(*, recipe: str | None = None, components: Mapping[str, str | None] | None = None,
-                 config_file: str | Path | None = None, sets: list[str] | tuple[str, ...] = (),
-                 steps: int | None = None) -> "TrainConfig":
+def build_config(
+    *,
+    recipe: str | None = None,
+    components: Mapping[str, str | None] | None = None,
+    config_file: str | Path | None = None,
+    sets: list[str] | tuple[str, ...] = (),
+    steps: int | None = None,
+) -> "TrainConfig":
     """A validated config from its layers, lowest first: defaults → ``recipe`` (the first of
     :data:`DEFAULT_RECIPES` installed when ``None``) → ``config_file`` → ``sets`` (``KEY=VALUE``)
     → ``components`` and ``steps`` (explicit choices; ``None`` values are not given).
@@ -382,10 +466,12 @@ def build_config(*, recipe: str | None = None, components: Mapping[str, str | No
     cfg.update({k: v for k, v in flags.items() if v is not None}, "command line")
     ignored = sorted(user & {"window_start", "window_size"})
     if ignored and cfg.window is not None:
-        raise ConfigError(f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
-                          f"{cfg.window!r} selector{f' (recipe {name!r})' if name else ''}. Set it through "
-                          f"window_kwargs (e.g. --window fixed --set window_kwargs.start=2 --set window_kwargs.size=2), "
-                          "or drop the selector with --set window=none")
+        raise ConfigError(
+            f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
+            f"{cfg.window!r} selector{f' (recipe {name!r})' if name else ''}. Set it through "
+            f"window_kwargs (e.g. --window fixed --set window_kwargs.start=2 --set window_kwargs.size=2), "
+            "or drop the selector with --set window=none"
+        )
     return cfg.validate()
 
 
@@ -396,7 +482,8 @@ def dotted_kwargs(sets, table: str, base: dict | None = None) -> dict:
     values = parse_set(list(sets), "--set", f"{table}.path=DIR") if sets else {}
     for key in values:
         if not key.startswith(table + "."):
-            raise ConfigError(f"--set {key}=...: this command takes only {table}.KEY=VALUE "
-                              f"(e.g. --set {table}.path=/models/...)")
+            raise ConfigError(
+                f"--set {key}=...: this command takes only {table}.KEY=VALUE (e.g. --set {table}.path=/models/...)"
+            )
     config = TrainConfig(**{table: dict(base or {})}).update(values, "--set")
     return getattr(config, table)

@@ -104,7 +104,7 @@ class Distributed:
         offset = 0
         for p, g in zip(params, grads):
             n = g.numel()
-            p.grad = flat[offset:offset + n].view_as(g).to(g.dtype)
+            p.grad = flat[offset : offset + n].view_as(g).to(g.dtype)
             offset += n
 
     def barrier(self) -> None:

@@ -23,23 +23,33 @@ def skill_of(atom) -> str:
     return atom.skill if atom.kind == "relation" and atom.skill else atom.kind
 
 
-def eval_batches(policy, prompts: Sequence[str], *, images_per_prompt: int, num_steps: int, seed: int,
-                 batch_size: int = 64) -> Iterator[tuple[int, list[tuple[int, str]], torch.Tensor]]:
+def eval_batches(
+    policy, prompts: Sequence[str], *, images_per_prompt: int, num_steps: int, seed: int, batch_size: int = 64
+) -> Iterator[tuple[int, list[tuple[int, str]], torch.Tensor]]:
     """``(start, [(prompt index, prompt), ...], images)`` per batch of the evaluation's images,
     each prompt repeated ``images_per_prompt`` times, noise seeded per batch start. Why one place:
     anything that must see exactly the images ``cast eval --seed S`` scored (the over-drawing
     benchmark, a paired comparison) draws them here."""
     jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(images_per_prompt)]
     for start in range(0, len(jobs), batch_size):
-        chunk = jobs[start:start + batch_size]
+        chunk = jobs[start : start + batch_size]
         gen = torch.Generator().manual_seed(seed_for(seed, "eval", start))
         yield start, chunk, ode_images(policy, [p for _, p in chunk], num_steps=num_steps, generator=gen)
 
 
-def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
-             num_steps: int = 10, seed: int = 0, batch_size: int = 64,
-             progress: Callable[[int, int], None] | None = None,
-             atomicity: Callable[[str], int] | None = None) -> dict[str, Any]:
+def evaluate(
+    policy,
+    prompts: Sequence[str],
+    scorer,
+    decomposer,
+    *,
+    images_per_prompt: int = 4,
+    num_steps: int = 10,
+    seed: int = 0,
+    batch_size: int = 64,
+    progress: Callable[[int, int], None] | None = None,
+    atomicity: Callable[[str], int] | None = None,
+) -> dict[str, Any]:
     """``{"am", "gm", "by_atom_count": {k: gm}, "by_skill": {skill: am}, "images", "prompts",
     "per_prompt_gm": [mean GM of each prompt's images, in prompt order], "per_prompt_skill":
     [{skill: mean atom score of that prompt's images}, ...]}`` — the last two so that two
@@ -52,8 +62,9 @@ def evaluate(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_p
     skills: dict[str, list[float]] = defaultdict(list)
     prompt_skills: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     jobs = [(i, p) for i, p in enumerate(prompts) for _ in range(images_per_prompt)]
-    for start, chunk, images in eval_batches(policy, prompts, images_per_prompt=images_per_prompt,
-                                             num_steps=num_steps, seed=seed, batch_size=batch_size):
+    for start, chunk, images in eval_batches(
+        policy, prompts, images_per_prompt=images_per_prompt, num_steps=num_steps, seed=seed, batch_size=batch_size
+    ):
         graphs = [decomposer.decompose(p) for _, p in chunk]
         scores = scorer.score(images, graphs).scores
         for (i, prompt), graph, s in zip(chunk, graphs, scores):
@@ -109,8 +120,10 @@ def paired_skill_differences(before: dict[str, Any], after: dict[str, Any]) -> d
     fewer than two prompts are left out. ``{skill: {"delta", "se", "prompts", "z"}}``."""
     a, b = before.get("per_prompt_skill"), after.get("per_prompt_skill")
     if a is None or b is None:
-        raise ValueError("paired_skill_differences needs evaluate() results with per_prompt_skill "
-                         "(older result files lack it; re-run the evaluation)")
+        raise ValueError(
+            "paired_skill_differences needs evaluate() results with per_prompt_skill "
+            "(older result files lack it; re-run the evaluation)"
+        )
     if len(a) != len(b):
         raise ValueError(f"paired_skill_differences needs the same prompts on both sides, got {len(a)} and {len(b)}")
     diffs: dict[str, list[float]] = defaultdict(list)
@@ -157,8 +170,16 @@ def difference_line(label: str, d: dict[str, float]) -> str:
     return f"{label} {d['delta']:+.3f} ± {d['se']:.3f} over {d['prompts']} prompts: {paired_verdict(d['z'])}"
 
 
-def verdict_grid(policy, prompts: Sequence[str], scorer, decomposer, *, images_per_prompt: int = 4,
-                 num_steps: int = 10, seed: int = 0):
+def verdict_grid(
+    policy,
+    prompts: Sequence[str],
+    scorer,
+    decomposer,
+    *,
+    images_per_prompt: int = 4,
+    num_steps: int = 10,
+    seed: int = 0,
+):
     """A picture: one row per prompt (its images with GM and per-atom pass/fail marks), sampled
     with :func:`evaluate`'s seeding so base and fine-tuned grids show the same noise."""
     from PIL import Image, ImageDraw

@@ -50,10 +50,16 @@ class StepSignal:
     reward_gm: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"cosine": self.cosine, "cosine_sem": self.cosine_sem, "grad_norm": self.grad_norm,
-                "noise_floor": self.noise_floor, "batches": self.batches,
-                "images_per_batch": self.images_per_batch, "reward_gm": self.reward_gm,
-                "signal_steps": signal_steps(self)}
+        return {
+            "cosine": self.cosine,
+            "cosine_sem": self.cosine_sem,
+            "grad_norm": self.grad_norm,
+            "noise_floor": self.noise_floor,
+            "batches": self.batches,
+            "images_per_batch": self.images_per_batch,
+            "reward_gm": self.reward_gm,
+            "signal_steps": signal_steps(self),
+        }
 
 
 def pairwise_cosine(vectors: list[torch.Tensor]) -> tuple[float, float]:
@@ -105,20 +111,25 @@ def _draw_batch(trainer: Any, step: int, window: Window, x0_steps: tuple[int, ..
 
 def _step_loss(trainer: Any, rollout, rows: torch.Tensor, cond, t: int, adv: torch.Tensor) -> torch.Tensor:
     sig, si = rollout.sigmas, rollout.step_indices[t]
-    cur = trainer.updater.log_prob(rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1], cond, sig[1])
+    cur = trainer.updater.log_prob(
+        rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1], cond, sig[1]
+    )
     loss, _ = trainer.updater.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
     return loss
 
 
 def _flat_grad(trainer: Any) -> torch.Tensor:
-    g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten().cpu() for p in trainer.params])
+    g = torch.cat(
+        [(p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten().cpu() for p in trainer.params]
+    )
     for p in trainer.params:
         p.grad = None
     return g
 
 
-def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
-                progress: Callable[[int, int], None] | None = None) -> StepSignal:
+def step_signal(
+    trainer: Any, batches: int = 8, *, first_step: int = 10**6, progress: Callable[[int, int], None] | None = None
+) -> StepSignal:
     """Measure the per-step gradient signal with a built :class:`cast_core.trainer.Trainer`.
 
     Batches are drawn as the trainer's steps ``first_step, first_step + 1, ...`` would draw them
@@ -135,8 +146,9 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
     # x̂0 heatmaps must precede the step they weight: step t's map is scored on x̂0 at t
     per_step_maps = trainer.maps_from_x0
     for b in range(batches):
-        rollout, judged, kept_rows, adv, gm = _draw_batch(trainer, first_step + b, Window(0, n_steps),
-                                                     tuple(range(n_steps)) if per_step_maps else None)
+        rollout, judged, kept_rows, adv, gm = _draw_batch(
+            trainer, first_step + b, Window(0, n_steps), tuple(range(n_steps)) if per_step_maps else None
+        )
         gms.append(gm)
         rows = torch.tensor(kept_rows)
         cond = select_rows(rollout.conditioning, rows)
@@ -162,8 +174,14 @@ def step_signal(trainer: Any, batches: int = 8, *, first_step: int = 10**6,
     return StepSignal(cos, sem, norms, 1.0 / math.sqrt(n_params), batches, images, gms)
 
 
-def window_signal(trainer: Any, window: Window, batches: int = 8, *, first_step: int = 10**6,
-                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+def window_signal(
+    trainer: Any,
+    window: Window,
+    batches: int = 8,
+    *,
+    first_step: int = 10**6,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
     """The gradient a training step would take — SDE only inside ``window``, the run's own
     starting noise (``group_noise``), exploration noise (``noise_block``) and heatmap source —
     compared across independent batches: the mean pairwise cosine of whole-window gradients.
@@ -190,7 +208,13 @@ def window_signal(trainer: Any, window: Window, batches: int = 8, *, first_step:
             progress(b + 1, batches)
     m, se = pairwise_cosine(grads)
     n_params = sum(p.numel() for p in trainer.params)
-    return {"window": [window.start, window.size], "cosine": m, "cosine_sem": se,
-            "grad_norm": float(sum(float(g.norm()) for g in grads) / len(grads)),
-            "noise_floor": 1.0 / math.sqrt(n_params), "batches": batches,
-            "images_per_batch": trainer.config.prompts_per_step * trainer.config.group_size, "reward_gm": gms}
+    return {
+        "window": [window.start, window.size],
+        "cosine": m,
+        "cosine_sem": se,
+        "grad_norm": float(sum(float(g.norm()) for g in grads) / len(grads)),
+        "noise_floor": 1.0 / math.sqrt(n_params),
+        "batches": batches,
+        "images_per_batch": trainer.config.prompts_per_step * trainer.config.group_size,
+        "reward_gm": gms,
+    }

@@ -18,15 +18,21 @@ def inventory(commands: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """
     by_dist: dict[str, dict[str, Any]] = {}
     for source in loaded_sources().values():
-        by_dist.setdefault(source.distribution, {"name": source.distribution, "version": source.version, "components": {}})
+        by_dist.setdefault(
+            source.distribution, {"name": source.distribution, "version": source.version, "components": {}}
+        )
     for kind in KINDS:
         for reg in registrations(kind).values():
             source = source_of(reg.plugin)
-            entry = by_dist.setdefault(source.distribution, {"name": source.distribution, "version": source.version, "components": {}})
+            entry = by_dist.setdefault(
+                source.distribution, {"name": source.distribution, "version": source.version, "components": {}}
+            )
             entry["components"].setdefault(kind, []).append(reg.name)
     for plugin_name, names in (commands or {}).items():
         source = source_of(plugin_name)
-        entry = by_dist.setdefault(source.distribution, {"name": source.distribution, "version": source.version, "components": {}})
+        entry = by_dist.setdefault(
+            source.distribution, {"name": source.distribution, "version": source.version, "components": {}}
+        )
         entry["components"].setdefault("command", []).extend(names)
     for entry in by_dist.values():
         entry["components"] = {k: sorted(v) for k, v in sorted(entry["components"].items())}

@@ -30,8 +30,9 @@ _UNAVAILABLE = "scorer unavailable: "  # marks a ScorerUnavailable carried throu
 _CONTRACT = "scorer contract: "  # marks a ScorerContractError carried through the gather
 
 
-def reward_stats(verdicts: Sequence[GroupVerdict], amap_stats: Sequence[dict] = (),
-                 projected: Sequence[GroupVerdict] | None = None) -> dict:
+def reward_stats(
+    verdicts: Sequence[GroupVerdict], amap_stats: Sequence[dict] = (), projected: Sequence[GroupVerdict] | None = None
+) -> dict:
     """Reward GM/AM/spread and per-atom-kind pass rates of judged groups, and (given the
     projector's stats of the ``projected`` groups, default the same groups) the fraction of
     saturated atoms."""
@@ -63,8 +64,17 @@ class Judge:
     """Scores a rollout's images with the scorer, one call per (local part of a) group, and
     turns whole groups' verdicts into advantage maps with the projector."""
 
-    def __init__(self, scorer: Any, decomposer: Any, projector: Any, dist: Distributed, *, group_size: int,
-                 heatmap_source: str = "final", log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        scorer: Any,
+        decomposer: Any,
+        projector: Any,
+        dist: Distributed,
+        *,
+        group_size: int,
+        heatmap_source: str = "final",
+        log: Callable[[str], None] = print,
+    ):
         self.scorer, self.decomposer, self.projector, self.dist = scorer, decomposer, projector, dist
         self.group_size = group_size
         self.needs_maps = projector.needs_heatmaps if isinstance(projector, HeatmapNeeds) else True
@@ -126,8 +136,10 @@ class Judge:
                 return f"scorer {name} returned scores shaped {tuple(s.shape)} for {k} atoms of {graph.prompt!r}"
             finite = s[torch.isfinite(s)]
             if len(finite) and (float(finite.min()) < -1e-6 or float(finite.max()) > 1 + 1e-6):
-                return (f"scorer {name} returned scores outside [0, 1] (from {float(finite.min()):.4g} to "
-                        f"{float(finite.max()):.4g}) for {graph.prompt!r}; atom scores are probabilities")
+                return (
+                    f"scorer {name} returned scores outside [0, 1] (from {float(finite.min()):.4g} to "
+                    f"{float(finite.max()):.4g}) for {graph.prompt!r}; atom scores are probabilities"
+                )
         if heatmaps:
             for h in out.heatmaps or [None] * len(images):
                 if h is None or h.ndim != 3 or h.shape[0] != k:
@@ -142,7 +154,9 @@ class Judge:
         for rank_parts in self.dist.gather_objects(parts):
             for p, part in rank_parts.items():
                 merged.setdefault(p, []).append(part)
-        fatal = [e for pieces in merged.values() for _, _, _, e in pieces if e and e.startswith((_UNAVAILABLE, _CONTRACT))]
+        fatal = [
+            e for pieces in merged.values() for _, _, _, e in pieces if e and e.startswith((_UNAVAILABLE, _CONTRACT))
+        ]
         if fatal:  # raised on every rank, after the collective, so none waits for the others
             error = ScorerUnavailable if fatal[0].startswith(_UNAVAILABLE) else ScorerContractError
             raise error(fatal[0].split(": ", 1)[1])
@@ -184,8 +198,13 @@ class Judge:
             verdicts.append(GroupVerdict(p, self.graph(prompts[p]), scores, maps))
         return verdicts, failures
 
-    def advantages(self, verdicts: Sequence[GroupVerdict], rollout: Rollout, latent_grid: tuple[int, int],
-                   map_images: torch.Tensor | None = None) -> ScoredGroups:
+    def advantages(
+        self,
+        verdicts: Sequence[GroupVerdict],
+        rollout: Rollout,
+        latent_grid: tuple[int, int],
+        map_images: torch.Tensor | None = None,
+    ) -> ScoredGroups:
         """Advantage maps of the judged groups (this rank's rows, the groups kept, the
         projector's stats). ``map_images`` (this rank's rows) are what the
         heatmaps are scored on when they do not come from the final image (x̂0 before the

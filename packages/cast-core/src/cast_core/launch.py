@@ -29,8 +29,22 @@ def in_distributed_launch() -> bool:
 
 def launch_local(num_processes: int, argv: list[str]) -> int:
     """Run ``cast <argv>`` as ``num_processes`` processes; the exit code of the launcher."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(num_processes),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "-m", "cast_core.cli", *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--nproc_per_node",
+        str(num_processes),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "cast_core.cli",
+        *argv,
+    ]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_processes)))
     return subprocess.call(cmd, env=env)

@@ -107,8 +107,7 @@ def clipped_objective(
     clip_range = _check_clip_range(clip_range)
     if log_prob.shape != old_log_prob.shape or log_prob.ndim not in (2, 3):
         raise ValueError(
-            f"log-probs must both be [B, N] or [B, T, N]; got {tuple(log_prob.shape)} and "
-            f"{tuple(old_log_prob.shape)}"
+            f"log-probs must both be [B, N] or [B, T, N]; got {tuple(log_prob.shape)} and {tuple(old_log_prob.shape)}"
         )
     adv = advantages.float()
     if log_prob.ndim == 3 and adv.ndim == 2:

@@ -114,8 +114,10 @@ def load_plugins() -> None:
         installed = {normalize_distribution(_dist_name(ep)) for ep in eps}
         unknown = sorted(allowed - installed)
         if unknown:  # a typo here would otherwise load nothing, in silence
-            raise PluginLoadError(f"CAST_LOAD_PLUGINS names {', '.join(unknown)}, which no installed distribution "
-                                  f"provides; installed: {', '.join(sorted(installed))}")
+            raise PluginLoadError(
+                f"CAST_LOAD_PLUGINS names {', '.join(unknown)}, which no installed distribution "
+                f"provides; installed: {', '.join(sorted(installed))}"
+            )
     for ep in eps:
         dist, version = _dist_name(ep), _dist_version(ep)
         if allowed is not None and normalize_distribution(dist) not in allowed:

@@ -19,8 +19,8 @@ import click
 @contextlib.contextmanager
 def progress_bar(label: str, total: int) -> Iterator[Callable[[int, int], None]]:
     """Yield a ``progress(done, total)`` callback that advances a bar of ``total`` units."""
-    with click.progressbar(length=total, label=label, file=sys.stderr,
-                           show_eta=True, show_pos=True) as bar:
+    with click.progressbar(length=total, label=label, file=sys.stderr, show_eta=True, show_pos=True) as bar:
+
         def advance(done: int, _total: int) -> None:
             bar.update(max(0, done - bar.pos))
 
@@ -49,15 +49,23 @@ class TrainingProgress:
         if self.tty:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                                TextColumn("{task.fields[info]}"), transient=False)
+            self.bar = Progress(
+                TextColumn("train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+                transient=False,
+            )
             self.bar.start()
             self.task = self.bar.add_task("train", total=self.total, completed=self.done, info="")
         return self
 
     def update(self, step: int, m: dict) -> None:
-        info = (f"GM {m.get('reward_gm', float('nan')):.3f} AM {m.get('reward_am', float('nan')):.3f} "
-                f"loss {m.get('loss', float('nan')):.4g} {m.get('images_per_s', 0):.1f} img/s")
+        info = (
+            f"GM {m.get('reward_gm', float('nan')):.3f} AM {m.get('reward_am', float('nan')):.3f} "
+            f"loss {m.get('loss', float('nan')):.4g} {m.get('images_per_s', 0):.1f} img/s"
+        )
         total = self.expected_total(step)
         if self.minutes:
             info += f" {(time.monotonic() - self.t0) / 60:.1f}/{self.minutes:g} min"
@@ -73,4 +81,3 @@ class TrainingProgress:
         if self.tty:
             self.bar.stop()
         return False
-

@@ -23,8 +23,7 @@ SUITE_PREFIX = "suite:"
 
 def is_code_spec(spec: Any) -> bool:
     """True when ``spec`` would import and call code (``module:callable``)."""
-    return (isinstance(spec, str) and ":" in spec and not spec.startswith(SUITE_PREFIX)
-            and not Path(spec).is_file())
+    return isinstance(spec, str) and ":" in spec and not spec.startswith(SUITE_PREFIX) and not Path(spec).is_file()
 
 
 def read_prompt_file(path: str | Path) -> list[tuple[str, str]]:
@@ -59,9 +58,11 @@ def check_code_prompts(cfg, allowed: bool, source: str) -> None:
     except Exception:  # noqa: BLE001 - an uninstalled recipe vouches for nothing
         recipe_value = None
     if cfg.prompts != recipe_value:
-        raise ConfigError(f"{source}: prompts = {cfg.prompts!r} would import and run code from module "
-                          f"{cfg.prompts.partition(':')[0]!r}; pass --allow-code-prompts if you trust it, or give "
-                          "a prompt file, a list, or suite:NAME (see `cast plugins` for the suites)")
+        raise ConfigError(
+            f"{source}: prompts = {cfg.prompts!r} would import and run code from module "
+            f"{cfg.prompts.partition(':')[0]!r}; pass --allow-code-prompts if you trust it, or give "
+            "a prompt file, a list, or suite:NAME (see `cast plugins` for the suites)"
+        )
 
 
 def resolve_prompts(spec: Any) -> list[str]:
@@ -72,7 +73,7 @@ def resolve_prompts(spec: Any) -> list[str]:
     elif isinstance(spec, str) and spec.startswith(SUITE_PREFIX):
         from cast_core.registry import get_prompt_suite
 
-        prompts = list(get_prompt_suite(spec[len(SUITE_PREFIX):]))
+        prompts = list(get_prompt_suite(spec[len(SUITE_PREFIX) :]))
     elif isinstance(spec, str) and Path(spec).is_file():
         prompts = [p for _, p in read_prompt_file(spec)]
     elif isinstance(spec, str) and ":" in spec:

@@ -21,11 +21,37 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
-    "Policy", "WindowSelector", "AtomDecomposer", "AtomScorer", "AdvantageProjector",
-    "Embedder", "PROTOCOLS", "OPTIONAL_FEATURES", "Preparable", "SelfSharding", "OffloadsTextEncoder",
-    "GradientCheckpointing", "FastInference", "Identified", "Calibrated", "WindowHints", "PerStepWindow",
-    "CalibrationPrompts", "HeatmapNeeds", "DecompositionStats", "self_shards", "Atom", "Entity", "SceneGraph", "AtomScores", "Window", "Rollout",
-    "AdvantageMap", "Recipe", "ATOM_KINDS", "RELATION_SKILLS",
+    "Policy",
+    "WindowSelector",
+    "AtomDecomposer",
+    "AtomScorer",
+    "AdvantageProjector",
+    "Embedder",
+    "PROTOCOLS",
+    "OPTIONAL_FEATURES",
+    "Preparable",
+    "SelfSharding",
+    "OffloadsTextEncoder",
+    "GradientCheckpointing",
+    "FastInference",
+    "Identified",
+    "Calibrated",
+    "WindowHints",
+    "PerStepWindow",
+    "CalibrationPrompts",
+    "HeatmapNeeds",
+    "DecompositionStats",
+    "self_shards",
+    "Atom",
+    "Entity",
+    "SceneGraph",
+    "AtomScores",
+    "Window",
+    "Rollout",
+    "AdvantageMap",
+    "Recipe",
+    "ATOM_KINDS",
+    "RELATION_SKILLS",
 ]
 
 
@@ -108,9 +134,7 @@ class AtomDecomposer(Protocol):
 class AtomScorer(Protocol):
     """Scores every atom of every image on its own, in ``[0, 1]``, optionally with heatmaps."""
 
-    def score(
-        self, images: "torch.Tensor", graphs: Sequence[SceneGraph], heatmaps: bool = False
-    ) -> AtomScores:
+    def score(self, images: "torch.Tensor", graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
         """``images[i]`` is judged against ``graphs[i]``; heatmaps on the image grid if asked."""
 
 
@@ -250,8 +274,9 @@ class PerStepWindow(Protocol):
     """A window selector that draws a new window every step (random, sliding) from the run's
     seed and the step, so a resumed run replays it."""
 
-    def select_for_step(self, policy: Policy, prompts: Sequence[str], num_steps: int, *, step: int,
-                        seed: int) -> Window:
+    def select_for_step(
+        self, policy: Policy, prompts: Sequence[str], num_steps: int, *, step: int, seed: int
+    ) -> Window:
         """The window of training step ``step``: a pure function of ``(seed, step)``."""
 
 
@@ -287,8 +312,15 @@ class DecompositionStats(Protocol):
 
 #: kind -> the optional features a component of that kind may have
 OPTIONAL_FEATURES: dict[str, tuple[type, ...]] = {
-    "policy": (Preparable, OffloadsTextEncoder, GradientCheckpointing, FastInference, Identified, Calibrated,
-               WindowHints),
+    "policy": (
+        Preparable,
+        OffloadsTextEncoder,
+        GradientCheckpointing,
+        FastInference,
+        Identified,
+        Calibrated,
+        WindowHints,
+    ),
     "window_selector": (PerStepWindow, CalibrationPrompts),
     "atom_decomposer": (DecompositionStats,),
     "atom_scorer": (),

@@ -13,8 +13,13 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from cast_core.errors import (ComponentTypeError, ConfigError, DuplicateComponentError, PluginError,
-                              UnknownComponentError)
+from cast_core.errors import (
+    ComponentTypeError,
+    ConfigError,
+    DuplicateComponentError,
+    PluginError,
+    UnknownComponentError,
+)
 from cast_core.plugins import PluginFailure, load_plugins, pm, record_failure, source_of
 from cast_core.protocols import PROTOCOLS
 from cast_core.types import Recipe
@@ -32,10 +37,14 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     "policy": Kind("policy", "register_policies", "policy", PROTOCOLS["policy"]),
-    "window_selector": Kind("window_selector", "register_window_selectors", "window selector", PROTOCOLS["window_selector"]),
+    "window_selector": Kind(
+        "window_selector", "register_window_selectors", "window selector", PROTOCOLS["window_selector"]
+    ),
     "atom_decomposer": Kind("atom_decomposer", "register_atom_decomposers", "decomposer", PROTOCOLS["atom_decomposer"]),
     "atom_scorer": Kind("atom_scorer", "register_atom_scorers", "scorer", PROTOCOLS["atom_scorer"]),
-    "advantage_projector": Kind("advantage_projector", "register_advantage_projectors", "projector", PROTOCOLS["advantage_projector"]),
+    "advantage_projector": Kind(
+        "advantage_projector", "register_advantage_projectors", "projector", PROTOCOLS["advantage_projector"]
+    ),
     "embedder": Kind("embedder", "register_embedders", "embedder", PROTOCOLS["embedder"]),
     "prompt_suite": Kind("prompt_suite", "register_prompt_suites", "prompt suite", None),
     "recipe": Kind("recipe", "register_recipes", "recipe", None),
@@ -89,7 +98,12 @@ def registrations(kind: str) -> dict[str, Registration]:
             raise
         except Exception as err:  # noqa: BLE001 - a plugin's bug must not break the others
             record_failure(
-                PluginFailure(source.entry_point, source.distribution, source.version, f"{spec.hook} raised {type(err).__name__}: {err}"),
+                PluginFailure(
+                    source.entry_point,
+                    source.distribution,
+                    source.version,
+                    f"{spec.hook} raised {type(err).__name__}: {err}",
+                ),
                 err,
             )
             continue
@@ -100,8 +114,7 @@ def registrations(kind: str) -> dict[str, Registration]:
 def _check_registration(spec: Kind, name: Any, factory: Any, dist: str) -> None:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise PluginError(
-            f"{dist} registered a {spec.label} named {name!r}; names must be lowercase kebab-case "
-            f"such as 'soft-tifa'"
+            f"{dist} registered a {spec.label} named {name!r}; names must be lowercase kebab-case such as 'soft-tifa'"
         )
     if spec.key == "prompt_suite":
         if not callable(factory):
@@ -202,8 +215,10 @@ def check_factory_kwargs(kind: str, name: str, kwargs: dict[str, Any], key: str)
     if complete and unknown:
         close = difflib.get_close_matches(unknown[0], sorted(names), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"config key '{key}': {kind.replace('_', ' ')} {name!r} takes no argument {unknown[0]!r}.{hint} "
-                          f"It accepts: {', '.join(sorted(names)) or 'none'}")
+        raise ConfigError(
+            f"config key '{key}': {kind.replace('_', ' ')} {name!r} takes no argument {unknown[0]!r}.{hint} "
+            f"It accepts: {', '.join(sorted(names)) or 'none'}"
+        )
 
 
 def build_offering(kind: str, name: str, offered: dict[str, Any]) -> Any:

@@ -13,8 +13,13 @@ import math
 from pathlib import Path
 from typing import Callable
 
-CURVES = (("reward_gm", "reward GM (prompt level)"), ("reward_am", "reward AM (atom level)"),
-          ("loss", "policy loss"), ("clip_fraction", "clip fraction"), ("saturated_fraction", "saturated atoms"))
+CURVES = (
+    ("reward_gm", "reward GM (prompt level)"),
+    ("reward_am", "reward AM (atom level)"),
+    ("loss", "policy loss"),
+    ("clip_fraction", "clip fraction"),
+    ("saturated_fraction", "saturated atoms"),
+)
 
 
 def _svg_line(xs: list[float], ys: list[float], title: str, width: int = 420, height: int = 180) -> str:
@@ -34,7 +39,10 @@ def _svg_line(xs: list[float], ys: list[float], title: str, width: int = 420, he
 
     raw = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
     k = max(1, len(pts) // 20)  # moving average to show the trend through the noise
-    smooth = [(pts[i][0], sum(p[1] for p in pts[max(0, i - k):i + 1]) / len(pts[max(0, i - k):i + 1])) for i in range(len(pts))]
+    smooth = [
+        (pts[i][0], sum(p[1] for p in pts[max(0, i - k) : i + 1]) / len(pts[max(0, i - k) : i + 1]))
+        for i in range(len(pts))
+    ]
     trend = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in smooth)
     return (
         f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" style="background:#fafafa">'
@@ -50,19 +58,29 @@ def _svg_line(xs: list[float], ys: list[float], title: str, width: int = 420, he
 
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    return f'<img src="data:image/png;base64,{data}" title="{html.escape(path.name)}" style="image-rendering:pixelated;max-width:100%">'
+    return (
+        f'<img src="data:image/png;base64,{data}" title="{html.escape(path.name)}" '
+        'style="image-rendering:pixelated;max-width:100%">'
+    )
 
 
 def _eval_table(evals: dict[str, dict]) -> str:
     names = list(evals)
-    rows = [("GM (prompt level)", [evals[n]["gm"] for n in names]), ("AM (atom level)", [evals[n]["am"] for n in names])]
+    rows = [
+        ("GM (prompt level)", [evals[n]["gm"] for n in names]),
+        ("AM (atom level)", [evals[n]["am"] for n in names]),
+    ]
     keys = sorted({k for n in names for k in evals[n].get("by_atom_count", {})}, key=int)
     rows += [(f"GM, {k} atoms", [evals[n]["by_atom_count"].get(k) for n in names]) for k in keys]
     skills = sorted({k for n in names for k in evals[n].get("by_skill", {})})
     rows += [(f"AM, {s}", [evals[n]["by_skill"].get(s) for n in names]) for s in skills]
     head = "".join(f"<th>{html.escape(n)}</th>" for n in names)
     body = "".join(
-        "<tr><td>" + html.escape(label) + "</td>" + "".join(f"<td>{v:.3f}</td>" if v is not None else "<td>–</td>" for v in vals) + "</tr>"
+        "<tr><td>"
+        + html.escape(label)
+        + "</td>"
+        + "".join(f"<td>{v:.3f}</td>" if v is not None else "<td>–</td>" for v in vals)
+        + "</tr>"
         for label, vals in rows
     )
     return f"<table><tr><th></th>{head}</tr>{body}</table>"
@@ -71,8 +89,11 @@ def _eval_table(evals: dict[str, dict]) -> str:
 def _skill_table(diffs: dict) -> str:
     from cast_core.evaluation import paired_verdict
 
-    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{d['delta']:+.3f} ± {d['se']:.3f}</td><td>{d['prompts']}</td>"
-                   f"<td>{d['z']:.1f}</td><td style='text-align:left'>{paired_verdict(d['z'])}</td></tr>" for k, d in diffs.items())
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td>{d['delta']:+.3f} ± {d['se']:.3f}</td><td>{d['prompts']}</td>"
+        f"<td>{d['z']:.1f}</td><td style='text-align:left'>{paired_verdict(d['z'])}</td></tr>"
+        for k, d in diffs.items()
+    )
     return f"<table><tr><th>skill</th><th>difference</th><th>prompts</th><th>z</th><th>verdict</th></tr>{rows}</table>"
 
 
@@ -88,10 +109,15 @@ def _upgrade_comparison(comparison: dict) -> dict | None:
     if "layout" in comparison or "gm_difference" not in comparison:
         return None
     over = comparison.get("over_seeds")
-    return {"seeds": comparison.get("seeds"), "per_seed": comparison.get("per_seed") or [],
-            "pooled": {"gm_difference": comparison["gm_difference"],
-                       "skill_differences": comparison.get("skill_differences") or {}},
-            "over_seeds": {"gm": over} if over else None}
+    return {
+        "seeds": comparison.get("seeds"),
+        "per_seed": comparison.get("per_seed") or [],
+        "pooled": {
+            "gm_difference": comparison["gm_difference"],
+            "skill_differences": comparison.get("skill_differences") or {},
+        },
+        "over_seeds": {"gm": over} if over else None,
+    }
 
 
 def _comparison_html(raw: dict, warn: Callable[[str], None] | None) -> str:
@@ -107,20 +133,31 @@ def _comparison_html(raw: dict, warn: Callable[[str], None] | None) -> str:
     d = pooled["gm_difference"]
     seeds = comparison.get("seeds")
     pooled_seeds = f", evaluation seeds {', '.join(map(str, seeds))} pooled" if seeds and len(seeds) > 1 else ""
-    parts = [f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
-             f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts{pooled_seeds}, z = {d['z']:.1f}): "
-             f"{paired_verdict(d['z'])}.</p>"]
+    parts = [
+        f"<p>Paired GM difference (trained − base, same prompts and noise): <b>{d['delta']:+.3f} ± "
+        f"{d['se']:.3f}</b> (standard error over {d['prompts']} prompts{pooled_seeds}, z = {d['z']:.1f}): "
+        f"{paired_verdict(d['z'])}.</p>"
+    ]
     if comparison["per_seed"]:
-        parts.append("<p>Per evaluation seed: " + ", ".join(
-            f"{r['seed']}: {r['gm_difference']['delta']:+.3f} ± {r['gm_difference']['se']:.3f}"
-            for r in comparison["per_seed"]) + "</p>")
+        parts.append(
+            "<p>Per evaluation seed: "
+            + ", ".join(
+                f"{r['seed']}: {r['gm_difference']['delta']:+.3f} ± {r['gm_difference']['se']:.3f}"
+                for r in comparison["per_seed"]
+            )
+            + "</p>"
+        )
     if comparison["over_seeds"]:
         o = comparison["over_seeds"]["gm"]
-        parts.append(f"<p>Mean over the {o['n']} seeds: {o['delta']:+.3f} ± {o['se']:.3f} (standard error "
-                     f"over seeds, z = {o['z']:.1f}): {paired_verdict(o['z'])}.</p>")
+        parts.append(
+            f"<p>Mean over the {o['n']} seeds: {o['delta']:+.3f} ± {o['se']:.3f} (standard error "
+            f"over seeds, z = {o['z']:.1f}): {paired_verdict(o['z'])}.</p>"
+        )
     if pooled["skill_differences"]:
-        parts.append("<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
-                     + _skill_table(pooled["skill_differences"]))
+        parts.append(
+            "<p>By skill (mean atom score, trained − base, over the prompts with that skill):</p>"
+            + _skill_table(pooled["skill_differences"])
+        )
     return "".join(parts)
 
 
@@ -134,7 +171,10 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
     metrics = read_metrics(run / "metrics.jsonl", warn)
     parts = [f"<h1>cast run: {html.escape(run.name)}</h1>"]
     if (run / "config.toml").exists():
-        parts.append(f"<details><summary>configuration</summary><pre>{html.escape((run / 'config.toml').read_text())}</pre></details>")
+        parts.append(
+            "<details><summary>configuration</summary>"
+            f"<pre>{html.escape((run / 'config.toml').read_text())}</pre></details>"
+        )
     evals = {p.stem.removeprefix("eval-"): json.loads(p.read_text()) for p in sorted(run.glob("eval-*.json"))}
     if evals:
         suite = next(iter(evals.values())).get("suite", "")
@@ -147,18 +187,38 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
         parts += [f"<h3>{html.escape(g.stem.removeprefix('grid-'))}</h3>{_img(g)}" for g in grids]
     if metrics:
         steps = [m["step"] for m in metrics]
-        parts.append("<h2>Training curves</h2><div>" + "".join(
-            _svg_line(steps, [m.get(key) for m in metrics], title) for key, title in CURVES if any(key in m for m in metrics)
-        ) + "</div>")
+        parts.append(
+            "<h2>Training curves</h2><div>"
+            + "".join(
+                _svg_line(steps, [m.get(key) for m in metrics], title)
+                for key, title in CURVES
+                if any(key in m for m in metrics)
+            )
+            + "</div>"
+        )
         last = metrics[-1]
-        parts.append(f"<p>{len(metrics)} steps logged; {last.get('images_sampled', '?')} images sampled; "
-                     f"skipped updates {last.get('skipped_updates', 0)}, scorer failures {last.get('scorer_failures', 0)}.</p>")
+        parts.append(
+            f"<p>{len(metrics)} steps logged; {last.get('images_sampled', '?')} images sampled; "
+            f"skipped updates {last.get('skipped_updates', 0)}, scorer failures {last.get('scorer_failures', 0)}.</p>"
+        )
     samples = sorted((run / "samples").glob("step-*.png")) if (run / "samples").is_dir() else []
     if samples:
-        shown = samples if len(samples) <= 4 else [samples[0], samples[len(samples) // 3], samples[2 * len(samples) // 3], samples[-1]]
-        parts.append("<h2>Training samples (first prompt of the step; top: images, bottom: advantage map, red +, blue −)</h2>")
+        shown = (
+            samples
+            if len(samples) <= 4
+            else [samples[0], samples[len(samples) // 3], samples[2 * len(samples) // 3], samples[-1]]
+        )
+        parts.append(
+            "<h2>Training samples (first prompt of the step; top: images, bottom: advantage map, red +, blue −)</h2>"
+        )
         parts += [f"<h3>{s.stem}</h3>{_img(s)}" for s in shown]
-    style = "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}svg{margin:4px}"
+    style = (
+        "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}svg{margin:4px}"
+    )
     out = run / "report.html"
-    out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>cast report</title><style>{style}</style></head><body>{''.join(parts)}</body></html>")
+    out.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>cast report</title>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+    )
     return out

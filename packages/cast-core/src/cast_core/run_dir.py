@@ -99,8 +99,10 @@ def read_metrics(path: str | Path, warn: Callable[[str], None] | None = None) ->
         else:
             bad.append(number)
     if bad and warn is not None:
-        warn(f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:5]))}"
-             f"{', ...' if len(bad) > 5 else ''}), e.g. one cut short by a crash")
+        warn(
+            f"warning: {path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:5]))}"
+            f"{', ...' if len(bad) > 5 else ''}), e.g. one cut short by a crash"
+        )
     return rows
 
 
@@ -132,8 +134,10 @@ class RunDirectory:
         if self.path.is_dir():
             entries = sorted(p.name for p in self.path.iterdir() if p.name != LOCK)
             if entries:
-                raise CastError(f"{self.path} is not empty ({len(entries)} entries, e.g. {entries[0]!r}) and holds no "
-                                "run to resume; a new run needs a new or empty --out")
+                raise CastError(
+                    f"{self.path} is not empty ({len(entries)} entries, e.g. {entries[0]!r}) and holds no "
+                    "run to resume; a new run needs a new or empty --out"
+                )
         elif self.path.exists():
             raise CastError(f"{self.path} is a file; --out must name a directory")
 
@@ -153,8 +157,10 @@ class RunDirectory:
         except OSError:
             holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
             os.close(fd)
-            raise CastError(f"{self.path} is in use by another cast process ({holder}); wait for it to finish, "
-                            "or stop it, before resuming this run") from None
+            raise CastError(
+                f"{self.path} is in use by another cast process ({holder}); wait for it to finish, "
+                "or stop it, before resuming this run"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}".encode())
         self._lock_fd = fd

@@ -27,25 +27,39 @@ def concat_rollouts(parts: list[Rollout]) -> Rollout:
     cat = lambda name: None if getattr(parts[0], name) is None else torch.cat([getattr(p, name) for p in parts])  # noqa: E731
     first = parts[0]
     return Rollout(
-        prompts=[p for r in parts for p in r.prompts], images=cat("images"), sigmas=first.sigmas,
-        step_indices=first.step_indices, latents=cat("latents"), next_latents=cat("next_latents"),
-        log_probs=cat("log_probs"), conditioning=concat_rows([r.conditioning for r in parts]),
-        window=first.window, x0=cat("x0"), final_latents=cat("final_latents"),
+        prompts=[p for r in parts for p in r.prompts],
+        images=cat("images"),
+        sigmas=first.sigmas,
+        step_indices=first.step_indices,
+        latents=cat("latents"),
+        next_latents=cat("next_latents"),
+        log_probs=cat("log_probs"),
+        conditioning=concat_rows([r.conditioning for r in parts]),
+        window=first.window,
+        x0=cat("x0"),
+        final_latents=cat("final_latents"),
         sample_ids=None if first.sample_ids is None else [s for r in parts for s in r.sample_ids],
     )
 
 
-def decode_images(policy: Policy, latents: torch.Tensor, image_size: tuple[int, int] | None = None,
-                  batch_size: int = 0) -> torch.Tensor:
+def decode_images(
+    policy: Policy, latents: torch.Tensor, image_size: tuple[int, int] | None = None, batch_size: int = 0
+) -> torch.Tensor:
     """``policy.decode`` ``batch_size`` latents at a time (0 = all at once): a real VAE decoding
     a step's 32 images at 1024² at once needs tens of GB of activations; chunks of a few do not."""
     if not batch_size or len(latents) <= batch_size:
         return policy.decode(latents, image_size)
-    return torch.cat([policy.decode(latents[i:i + batch_size], image_size) for i in range(0, len(latents), batch_size)])
+    return torch.cat(
+        [policy.decode(latents[i : i + batch_size], image_size) for i in range(0, len(latents), batch_size)]
+    )
 
 
-def starting_noise(policy: Policy, n: int, image_size: tuple[int, int] | None,
-                   generator: "torch.Generator | Sequence[torch.Generator] | None") -> torch.Tensor:
+def starting_noise(
+    policy: Policy,
+    n: int,
+    image_size: tuple[int, int] | None,
+    generator: "torch.Generator | Sequence[torch.Generator] | None",
+) -> torch.Tensor:
     """``n`` starting latents from one generator, or one per sample from a list of generators."""
     if isinstance(generator, (list, tuple)):
         if len(generator) != n:
@@ -104,12 +118,14 @@ def sample(
         if i in x0_steps:
             x0s.append(tweedie_x0(x.float(), v.float(), sigma))
         if window is not None and i in window:
-            step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, generator=generator,
-                            noise_block=noise_block)
+            step = sde_step(
+                v, x, sigma, sigma_next, eta, sigma_max=sigma_max, generator=generator, noise_block=noise_block
+            )
             nxt = step.prev_sample.to(x.dtype)
             if nxt.dtype != step.prev_sample.dtype:  # score the sample training will see, not its fp32 twin
-                step = sde_step(v, x, sigma, sigma_next, eta, sigma_max=sigma_max, prev_sample=nxt,
-                                noise_block=noise_block)
+                step = sde_step(
+                    v, x, sigma, sigma_next, eta, sigma_max=sigma_max, prev_sample=nxt, noise_block=noise_block
+                )
             states.append(x)
             nexts.append(nxt)
             log_probs.append(reduce_per_position(step.log_prob))
@@ -133,8 +149,14 @@ def sample(
     )
 
 
-def ode_images(policy: Policy, prompts: Sequence[str], *, num_steps: int, generator: torch.Generator | None = None,
-               image_size: tuple[int, int] | None = None) -> torch.Tensor:
+def ode_images(
+    policy: Policy,
+    prompts: Sequence[str],
+    *,
+    num_steps: int,
+    generator: torch.Generator | None = None,
+    image_size: tuple[int, int] | None = None,
+) -> torch.Tensor:
     """The policy's deterministic ODE images for ``prompts``: what evaluation, grids and
     ``cast sample`` look at. It runs inside the policy's optional ``inference()`` context (a
     LoRA policy folds its adapter into the weights there, ~1.45x faster on the shapes policy);

@@ -82,8 +82,7 @@ class SceneGraph:
             return self._index[atom_id]
         except KeyError:
             raise SceneGraphError(
-                f"no atom {atom_id!r} in the graph of {self.prompt!r}; "
-                f"atoms are {', '.join(self.atom_ids) or '(none)'}"
+                f"no atom {atom_id!r} in the graph of {self.prompt!r}; atoms are {', '.join(self.atom_ids) or '(none)'}"
             ) from None
 
     @property
@@ -134,9 +133,7 @@ class SceneGraph:
             if not isinstance(e.noun, str) or not e.noun.strip():
                 raise SceneGraphError(f"{where}: entity {e.id!r} has no noun")
             if not _is_count(e.count):
-                raise SceneGraphError(
-                    f"{where}: entity {e.id!r} has count {e.count!r}; expected an integer >= 0"
-                )
+                raise SceneGraphError(f"{where}: entity {e.id!r} has count {e.count!r}; expected an integer >= 0")
 
         atom_ids: set[str] = set()
         for a in self.atoms:
@@ -156,9 +153,7 @@ class SceneGraph:
     def _validate_atom(self, a: Atom, entity_ids: set[str], atom_ids: set[str], where: str) -> None:
         name = f"{where}: atom {a.id!r}"
         if a.kind not in ATOM_KINDS:
-            raise SceneGraphError(
-                f"{name} has kind {a.kind!r}; expected one of {', '.join(ATOM_KINDS)}"
-            )
+            raise SceneGraphError(f"{name} has kind {a.kind!r}; expected one of {', '.join(ATOM_KINDS)}")
         if a.entity not in entity_ids:
             raise SceneGraphError(
                 f"{name} refers to entity {a.entity!r}, which does not exist "
@@ -167,8 +162,7 @@ class SceneGraph:
         for p in a.parents:
             if p not in atom_ids:
                 raise SceneGraphError(
-                    f"{name} has parent {p!r}, which does not exist "
-                    f"(atoms: {', '.join(self.atom_ids)})"
+                    f"{name} has parent {p!r}, which does not exist (atoms: {', '.join(self.atom_ids)})"
                 )
             if p == a.id:
                 raise SceneGraphError(f"{name} lists itself as its parent")
@@ -178,13 +172,10 @@ class SceneGraph:
             raise SceneGraphError(f"{name} is a {a.kind} atom without a text value")
         if a.kind == "relation":
             if a.other not in entity_ids:
-                raise SceneGraphError(
-                    f"{name} is a relation whose 'other' entity {a.other!r} does not exist"
-                )
+                raise SceneGraphError(f"{name} is a relation whose 'other' entity {a.other!r} does not exist")
             if a.skill not in RELATION_SKILLS:
                 raise SceneGraphError(
-                    f"{name} is a relation with skill {a.skill!r}; expected one of "
-                    f"{', '.join(RELATION_SKILLS)}"
+                    f"{name} is a relation with skill {a.skill!r}; expected one of {', '.join(RELATION_SKILLS)}"
                 )
         elif a.other is not None or a.skill is not None:
             raise SceneGraphError(f"{name} is a {a.kind} atom; only relations take 'other'/'skill'")
@@ -206,7 +197,7 @@ class SceneGraph:
                     stack.append((node, i + 1))
                     nxt = parents[i]
                     if state.get(nxt) == 1:
-                        cycle = path[path.index(nxt):] + [nxt]
+                        cycle = path[path.index(nxt) :] + [nxt]
                         raise SceneGraphError(
                             f"{where}: atoms form a cycle through parent links: "
                             f"{' -> '.join(cycle)} (atom {nxt!r} is its own ancestor)"
@@ -292,6 +283,5 @@ def _no_unknown_keys(obj: Mapping[str, Any], allowed: set[str], label: str) -> N
     unknown = sorted(set(obj) - allowed)
     if unknown:
         raise SceneGraphError(
-            f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"allowed: {', '.join(sorted(allowed))}"
+            f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
         )

@@ -50,8 +50,14 @@ from typing import Sequence
 import torch
 
 __all__ = [
-    "SDEStep", "sde_step", "euler_step", "tweedie_x0", "reduce_per_sample", "reduce_per_position",
-    "SDE_KINDS", "block_mean",
+    "SDEStep",
+    "sde_step",
+    "euler_step",
+    "tweedie_x0",
+    "reduce_per_sample",
+    "reduce_per_position",
+    "SDE_KINDS",
+    "block_mean",
 ]
 
 SDE_KINDS = ("sde", "cps")
@@ -98,8 +104,10 @@ def check_schedule(sigmas: torch.Tensor, num_steps: int, who: str = "the policy"
         raise ValueError(f"{who}: the last sigma must be exactly 0, got {float(values[-1])!r}")
     first = float(s[0])
     if first > 1.0:
-        raise ValueError(f"{who}: the first sigma is {first!r}: a schedule must start at most at 1, and at "
-                         f"exactly 1.0 when it reaches 1 (clamp it: sigmas[0] = 1.0)")
+        raise ValueError(
+            f"{who}: the first sigma is {first!r}: a schedule must start at most at 1, and at "
+            f"exactly 1.0 when it reaches 1 (clamp it: sigmas[0] = 1.0)"
+        )
     return sigmas
 
 
@@ -157,8 +165,10 @@ def block_mean(t: torch.Tensor, k: int) -> torch.Tensor:
         return t
     c = t.shape[-1]
     if c % k:
-        raise ValueError(f"noise_block {k} does not divide the latent channel count {c}; "
-                         f"choose a divisor of {c} (1 is Flow-GRPO's white noise)")
+        raise ValueError(
+            f"noise_block {k} does not divide the latent channel count {c}; "
+            f"choose a divisor of {c} (1 is Flow-GRPO's white noise)"
+        )
     m = t.reshape(*t.shape[:-1], c // k, k).mean(-1, keepdim=True)
     return m.expand(*t.shape[:-1], c // k, k).reshape(t.shape)
 

@@ -30,7 +30,9 @@ def generator_for(seed: int, *parts: Any) -> torch.Generator:
     return torch.Generator().manual_seed(seed_for(seed, *parts))
 
 
-def sample_generators(seed: int, step: int, samples: Sequence[tuple[int, int]], purpose: str = "sample") -> list[torch.Generator]:
+def sample_generators(
+    seed: int, step: int, samples: Sequence[tuple[int, int]], purpose: str = "sample"
+) -> list[torch.Generator]:
     """One generator per sample ``(prompt index, member index)`` of training step ``step``."""
     return [generator_for(seed, step, purpose, int(p), int(g)) for p, g in samples]
 
@@ -52,15 +54,19 @@ def parse_seed_list(value: str, option: str, minimum: int = 1) -> list[int]:
             continue
         low, dash, high = piece.partition("-")
         if not low.strip().isdigit() or (dash and not high.strip().isdigit()):
-            raise click.BadParameter(f"{value!r}: {piece!r} is not a seed or a range of seeds, {form}",
-                                     param_hint=option)
+            raise click.BadParameter(
+                f"{value!r}: {piece!r} is not a seed or a range of seeds, {form}", param_hint=option
+            )
         first, last = int(low), int(high) if dash else int(low)
         if last < first:
-            raise click.BadParameter(f"{value!r}: the range {piece!r} runs backwards; write {last}-{first}",
-                                     param_hint=option)
+            raise click.BadParameter(
+                f"{value!r}: the range {piece!r} runs backwards; write {last}-{first}", param_hint=option
+            )
         if len(seeds) + last - first + 1 > MAX_SEEDS:  # before building the list: 0-1000000000 must not OOM
-            raise click.BadParameter(f"{value!r} names more than {MAX_SEEDS} seeds; each seed is a full "
-                                     "evaluation, so give fewer", param_hint=option)
+            raise click.BadParameter(
+                f"{value!r} names more than {MAX_SEEDS} seeds; each seed is a full evaluation, so give fewer",
+                param_hint=option,
+            )
         seeds += range(first, last + 1)
     if len(seeds) < minimum or len(set(seeds)) != len(seeds):
         need = "at least two distinct seeds (the error bar is over seeds)" if minimum > 1 else "distinct seeds"

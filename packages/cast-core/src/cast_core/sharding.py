@@ -25,8 +25,18 @@ from typing import Any, Iterable, Iterator
 
 import torch
 
-__all__ = ["fully_shard_module", "is_sharded", "full_tensor", "like", "copy_full_", "is_writer",
-           "gradients_unsynced", "full_optimizer_state", "shard_optimizer_state", "local"]
+__all__ = [
+    "fully_shard_module",
+    "is_sharded",
+    "full_tensor",
+    "like",
+    "copy_full_",
+    "is_writer",
+    "gradients_unsynced",
+    "full_optimizer_state",
+    "shard_optimizer_state",
+    "local",
+]
 
 
 def is_sharded(tensor: Any) -> bool:
@@ -72,8 +82,9 @@ def is_writer() -> bool:
     return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
 
 
-def fully_shard_module(module: torch.nn.Module, blocks: Iterable[torch.nn.Module] = (), *,
-                       reshard_after_forward: bool = True) -> torch.nn.Module:
+def fully_shard_module(
+    module: torch.nn.Module, blocks: Iterable[torch.nn.Module] = (), *, reshard_after_forward: bool = True
+) -> torch.nn.Module:
     """``fully_shard`` each of ``blocks`` (a backbone's transformer blocks: their weights are
     gathered one block at a time), then the root for everything else. Frozen base weights may
     keep their own dtype (bf16) next to a float32 adapter: FSDP2 asks only the trainable
@@ -102,8 +113,10 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     every process calls it, in the same parameter order)."""
     state = optimizer.state_dict()
     # state_dict() shares the live per-parameter dicts: build new ones, never write into them
-    state["state"] = {index: {key: full_tensor(value) for key, value in per_param.items()}
-                      for index, per_param in state["state"].items()}
+    state["state"] = {
+        index: {key: full_tensor(value) for key, value in per_param.items()}
+        for index, per_param in state["state"].items()
+    }
     return state
 
 

@@ -25,8 +25,10 @@ def requested(log_with: Any) -> list[str]:
         return []
     names = [log_with] if isinstance(log_with, str) else list(log_with)
     if not all(isinstance(n, str) and n for n in names):
-        raise ConfigError(f"config key 'log_with': {log_with!r} must be a tracker name or a list of them, "
-                          'e.g. log_with = "tensorboard"')
+        raise ConfigError(
+            f"config key 'log_with': {log_with!r} must be a tracker name or a list of them, "
+            'e.g. log_with = "tensorboard"'
+        )
     return names
 
 
@@ -45,8 +47,10 @@ def check_available(accelerator: Any, log_with: Any) -> None:
     have = {str(getattr(t, "value", t)).lower() for t in (accelerator.log_with or [])}
     missing = [n for n in names if n.lower() not in have]
     if missing:
-        raise ConfigError(f"config key 'log_with': tracker(s) {', '.join(missing)} not available (the package is not "
-                          f"installed: pip install {' '.join(missing)}), or drop them from log_with")
+        raise ConfigError(
+            f"config key 'log_with': tracker(s) {', '.join(missing)} not available (the package is not "
+            f"installed: pip install {' '.join(missing)}), or drop them from log_with"
+        )
 
 
 def _flat(config: dict) -> dict:
@@ -65,8 +69,11 @@ def start(accelerator: Any, project: str, config: dict) -> None:
 
 def log(accelerator: Any, metrics: dict, step: int) -> None:
     if accelerator.log_with:
-        scalars = {k: v for k, v in metrics.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "step"}
+        scalars = {
+            k: v
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "step"
+        }
         accelerator.log(scalars, step=step)
 
 

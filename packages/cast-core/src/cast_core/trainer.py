@@ -46,10 +46,24 @@ from cast_core.memory import peak_memory_mb
 from cast_core.precision import autocast
 from cast_core.progress import TrainingProgress
 from cast_core.prompts import resolve_prompts
-from cast_core.protocols import (CalibrationPrompts, DecompositionStats, GradientCheckpointing, OffloadsTextEncoder,
-                                 PerStepWindow, Preparable, self_shards)
-from cast_core.registry import (build_offering, check_factory_kwargs, factory_accepts, get_atom_decomposer,
-                                get_atom_scorer, get_policy, get_window_selector)
+from cast_core.protocols import (
+    CalibrationPrompts,
+    DecompositionStats,
+    GradientCheckpointing,
+    OffloadsTextEncoder,
+    PerStepWindow,
+    Preparable,
+    self_shards,
+)
+from cast_core.registry import (
+    build_offering,
+    check_factory_kwargs,
+    factory_accepts,
+    get_atom_decomposer,
+    get_atom_scorer,
+    get_policy,
+    get_window_selector,
+)
 from cast_core.run_dir import RunDirectory, jsonable, jsonable_tree
 from cast_core.sampling import concat_rollouts, decode_images, sample
 from cast_core.seeding import generator_for, sample_generators, seed_for
@@ -62,7 +76,14 @@ class Trainer:
     """Build once (``__init__``), then :meth:`run` the loop; :meth:`close` ends a multi-process run."""
 
     # == build: components, run directory, optimizer ===============================================
-    def __init__(self, config: TrainConfig, run_dir: str | Path, *, resume: bool = False, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: str | Path,
+        *,
+        resume: bool = False,
+        log: Callable[[str], None] | None = None,
+    ):
         self.config = config.validate()
         cfg = self.config
 
@@ -71,8 +92,10 @@ class Trainer:
         # mixed precision is ours (cast_core.precision), not accelerate's process-global one
         # several processes without a GPU: accelerate must be told to use gloo on the CPU
         try:
-            self.accelerator = Accelerator(cpu=cfg.cpu or (in_distributed_launch() and not torch.cuda.is_available()),
-                                           **trackers.accelerator_kwargs(cfg.log_with, run_dir))
+            self.accelerator = Accelerator(
+                cpu=cfg.cpu or (in_distributed_launch() and not torch.cuda.is_available()),
+                **trackers.accelerator_kwargs(cfg.log_with, run_dir),
+            )
         except ValueError as err:  # accelerate refuses unknown tracker names
             raise ConfigError(f"config key 'log_with': {err}") from None
         trackers.check_available(self.accelerator, cfg.log_with)
@@ -85,10 +108,12 @@ class Trainer:
             self.files.refuse_existing_run()
         self.dist.barrier()  # every process has looked at the directory before the main one locks it
         self.files.lock()
-        for kind, name, kwargs, key in (("policy", cfg.policy, cfg.policy_kwargs, "policy_kwargs"),
-                                        ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
-                                        ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
-                                        ("window_selector", cfg.window, cfg.window_kwargs, "window_kwargs")):
+        for kind, name, kwargs, key in (
+            ("policy", cfg.policy, cfg.policy_kwargs, "policy_kwargs"),
+            ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
+            ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
+            ("window_selector", cfg.window, cfg.window_kwargs, "window_kwargs"),
+        ):
             if name:  # before anything heavy is built (an empty window name means no selector)
                 check_factory_kwargs(kind, name, kwargs, key)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
@@ -98,18 +123,29 @@ class Trainer:
         # every other component is built (and every cheap check made) before any prompt is encoded
         scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
         self.decomposer = get_atom_decomposer(cfg.decomposer, **cfg.decomposer_kwargs)
-        self.projector = build_offering("advantage_projector", cfg.projector,
-                                        {"lam": cfg.lam, "adv_clip": cfg.adv_clip, "gating": cfg.gating,
-                                         "heatmap_norm": cfg.heatmap_norm, "atom_credit": cfg.atom_credit})
+        self.projector = build_offering(
+            "advantage_projector",
+            cfg.projector,
+            {
+                "lam": cfg.lam,
+                "adv_clip": cfg.adv_clip,
+                "gating": cfg.gating,
+                "heatmap_norm": cfg.heatmap_norm,
+                "atom_credit": cfg.atom_credit,
+            },
+        )
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
         try:
             self.latent_grid = self.policy.latent_grid(self.image_size)
         except ValueError as err:  # a size this policy cannot draw: one line, before any prompt is encoded
             raise ConfigError(f"image_size {list(self.image_size or ())}: policy {cfg.policy!r} says: {err}") from None
         self.dist.shard(cfg.prompts_per_step * cfg.group_size)  # fail now, not at the first step
-        self.prompt_cache = PromptCache(lambda ps: self.policy.encode(ps, image_size=self.image_size),
-                                        device=self.policy_device(), who=f"policy {cfg.policy!r}",
-                                        max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size)
+        self.prompt_cache = PromptCache(
+            lambda ps: self.policy.encode(ps, image_size=self.image_size),
+            device=self.policy_device(),
+            who=f"policy {cfg.policy!r}",
+            max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size,
+        )
         if cfg.offload_text_encoder:  # before prepare(): the text encoder leaves before the transformer arrives
             self._encode_all_then_offload()
         self.module = self._prepare_policy()
@@ -119,20 +155,42 @@ class Trainer:
             raise CastError(f"policy {cfg.policy!r} has no trainable parameters")
         # FSDP2 (ours or accelerate's): checkpoints and window measurements become collectives
         self.sharded = any(is_sharded(p) for p in self.params)
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            self.params,
+            lr=cfg.lr,
+            betas=(cfg.adam_beta1, cfg.adam_beta2),
+            eps=cfg.adam_eps,
+            weight_decay=cfg.weight_decay,
+        )
         self.ema = [p.detach().clone() for p in self.params] if cfg.ema > 0 else None
         self.step = 0
         # the run's counts, saved in every checkpoint; only the trainer changes them (the judge and
         # the update report what they dropped, and the step adds it here)
         self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0}
-        self.judge = Judge(scorer, self.decomposer, self.projector, self.dist, group_size=cfg.group_size,
-                           heatmap_source=cfg.heatmap_source, log=self.log)
+        self.judge = Judge(
+            scorer,
+            self.decomposer,
+            self.projector,
+            self.dist,
+            group_size=cfg.group_size,
+            heatmap_source=cfg.heatmap_source,
+            log=self.log,
+        )
         self.maps_from_x0 = self.judge.maps_from_x0
         self._prepare_run_dir(resume)
-        self.updater = PolicyUpdate(cfg, self.policy, self.params, self.optimizer, self.dist, module=self.module,
-                                    autocast=self.autocast, image_size=self.image_size, log=self.log,
-                                    ema=self.ema, sharded=self.sharded)
+        self.updater = PolicyUpdate(
+            cfg,
+            self.policy,
+            self.params,
+            self.optimizer,
+            self.dist,
+            module=self.module,
+            autocast=self.autocast,
+            image_size=self.image_size,
+            log=self.log,
+            ema=self.ema,
+            sharded=self.sharded,
+        )
 
     def _build_policy(self) -> Any:
         """The policy with the run's base dtype, and on this process's GPU in a multi-GPU run."""
@@ -141,18 +199,26 @@ class Trainer:
         names, takes_any = factory_accepts("policy", cfg.policy)
         if cfg.base_dtype != "float32":
             if not (takes_any or "torch_dtype" in names):
-                raise ConfigError(f"config key 'base_dtype': policy {cfg.policy!r} takes no torch_dtype argument, "
-                                  f"so its weights cannot be held in {cfg.base_dtype}; use base_dtype = \"float32\"")
+                raise ConfigError(
+                    f"config key 'base_dtype': policy {cfg.policy!r} takes no torch_dtype argument, "
+                    f'so its weights cannot be held in {cfg.base_dtype}; use base_dtype = "float32"'
+                )
             kwargs.setdefault("torch_dtype", cfg.base_dtype)
         device = self.dist.device
-        if self.dist.active and device.type == "cuda" and (takes_any or "device" in names) \
-                and str(kwargs.get("device", "cuda")) == "cuda":
+        if (
+            self.dist.active
+            and device.type == "cuda"
+            and (takes_any or "device" in names)
+            and str(kwargs.get("device", "cuda")) == "cuda"
+        ):
             kwargs["device"] = str(device)  # rank k computes on cuda:k
         policy = get_policy(cfg.policy, **kwargs)
         if cfg.gradient_checkpointing:
             if not isinstance(policy, GradientCheckpointing):
-                raise ConfigError(f"config key 'gradient_checkpointing': policy {cfg.policy!r} does not support it "
-                                  f"(no enable_gradient_checkpointing()); set gradient_checkpointing = false")
+                raise ConfigError(
+                    f"config key 'gradient_checkpointing': policy {cfg.policy!r} does not support it "
+                    f"(no enable_gradient_checkpointing()); set gradient_checkpointing = false"
+                )
             policy.enable_gradient_checkpointing()
         return policy
 
@@ -163,12 +229,16 @@ class Trainer:
         if cfg.sharding == "accelerate":
             return self.policy.prepare(self.accelerator) if isinstance(self.policy, Preparable) else None
         if not self.dist.active:
-            raise ConfigError(f'config key \'sharding\': "{cfg.sharding}" splits the weights over several processes '
-                              f"and this run has one; launch it with --num-processes N (or torchrun / accelerate "
-                              f'launch), or set sharding = "accelerate"')
+            raise ConfigError(
+                f"config key 'sharding': \"{cfg.sharding}\" splits the weights over several processes "
+                f"and this run has one; launch it with --num-processes N (or torchrun / accelerate "
+                f'launch), or set sharding = "accelerate"'
+            )
         if not self_shards(self.policy):
-            raise ConfigError(f'config key \'sharding\': policy {cfg.policy!r} cannot shard itself (its prepare() '
-                              f'takes no sharding argument); use sharding = "accelerate"')
+            raise ConfigError(
+                f"config key 'sharding': policy {cfg.policy!r} cannot shard itself (its prepare() "
+                f'takes no sharding argument); use sharding = "accelerate"'
+            )
         return self.policy.prepare(self.accelerator, sharding=cfg.sharding)
 
     def _encode_all_then_offload(self) -> None:
@@ -178,8 +248,10 @@ class Trainer:
         A measured window's calibration prompts (the selector's ``prompts_for``) are encoded
         too, and the window reads them from this cache (:meth:`_measured_window`)."""
         if not isinstance(self.policy, OffloadsTextEncoder):
-            raise ConfigError(f"config key 'offload_text_encoder': policy {self.config.policy!r} has no "
-                              f"offload_text_encoder(); set offload_text_encoder = false")
+            raise ConfigError(
+                f"config key 'offload_text_encoder': policy {self.config.policy!r} has no "
+                f"offload_text_encoder(); set offload_text_encoder = false"
+            )
         prompts = list(self.prompts)
         if isinstance(self.selector, CalibrationPrompts):  # what the window will sample
             prompts += self.selector.prompts_for(self.policy, list(self.prompts))
@@ -203,7 +275,9 @@ class Trainer:
                 try:
                     state, tensors = load_checkpoint(ckpt, self.policy, self.optimizer)
                 except Exception as err:  # noqa: BLE001 - damage a manifest cannot see (older checkpoints)
-                    why = f"it does not load ({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"
+                    why = (
+                        f"it does not load ({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"
+                    )
             if why is not None:
                 skipped.append((ckpt, why))
                 self.log(f"warning: skipping checkpoint {ckpt.name}: {why}")
@@ -212,13 +286,17 @@ class Trainer:
             self.counters.update(state.get("counters", {}))
             if self.ema is not None and tensors:
                 self.ema = [like(tensors[f"ema.{i}"], p) for i, p in enumerate(self.params)]
-            self.log(f"resumed {self.run_dir} from {ckpt.name}" + (f" (skipped {len(skipped)} newer)" if skipped else ""))
+            self.log(
+                f"resumed {self.run_dir} from {ckpt.name}" + (f" (skipped {len(skipped)} newer)" if skipped else "")
+            )
             self.files.truncate_metrics(self.step, warn=self.log)
             return
         if skipped:
             reasons = "; ".join(f"{p.name}: {why}" for p, why in skipped[:3])
-            raise CastError(f"{self.run_dir} has {len(skipped)} checkpoint(s) but none is intact ({reasons}); refusing "
-                            "to restart from step 0 over them. Restore a checkpoint, or start a new run with another --out")
+            raise CastError(
+                f"{self.run_dir} has {len(skipped)} checkpoint(s) but none is intact ({reasons}); refusing "
+                "to restart from step 0 over them. Restore a checkpoint, or start a new run with another --out"
+            )
         self.log(f"no checkpoint in {self.run_dir} yet; starting from step 0")
         self.files.truncate_metrics(0, warn=self.log)
 
@@ -232,8 +310,13 @@ class Trainer:
         self.files.lock()
         trackers.start(self.accelerator, cfg.tracker_project or self.run_dir.name, cfg.to_dict())
         try:
-            with TrainingProgress(cfg.steps, self.step, self.log, cfg.max_minutes, enabled=self.dist.is_main) as progress, \
-                    self.files.open_metrics() as metrics_file, GracefulInterrupt(self.log) as interrupt:
+            with (
+                TrainingProgress(
+                    cfg.steps, self.step, self.log, cfg.max_minutes, enabled=self.dist.is_main
+                ) as progress,
+                self.files.open_metrics() as metrics_file,
+                GracefulInterrupt(self.log) as interrupt,
+            ):
                 while self.step < cfg.steps:
                     last = self.train_step()
                     # rank 0's clock and Ctrl-C decide for everyone: every process stops at the same step
@@ -247,8 +330,10 @@ class Trainer:
                         self.save()
                     progress.update(self.step, last)
                     if stop and self.step < cfg.steps:
-                        raise Interrupted(f"interrupted at step {self.step}; checkpoint written. Continue with "
-                                          f"`cast train --resume {self.run_dir}`")
+                        raise Interrupted(
+                            f"interrupted at step {self.step}; checkpoint written. Continue with "
+                            f"`cast train --resume {self.run_dir}`"
+                        )
                     if final and self.step < cfg.steps:
                         self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
                         break
@@ -269,8 +354,12 @@ class Trainer:
         self.counters["images_sampled"] += images
         scored = self.score_groups(prompts, rollout)
         rows, advantages = scored.rows, scored.advantages
-        metrics: dict[str, Any] = {"step": self.step + 1, "window_start": window.start, "window_size": window.size,
-                                   **scored.reward_stats}
+        metrics: dict[str, Any] = {
+            "step": self.step + 1,
+            "window_start": window.start,
+            "window_size": window.size,
+            **scored.reward_stats,
+        }
         if not scored.kept:
             self.counters["skipped_updates"] += 1
             metrics["skipped"] = "no group could be scored"
@@ -282,16 +371,25 @@ class Trainer:
             metrics.update(self.update(rollout, scored))
         self.step += 1
         elapsed = time.perf_counter() - t0
-        metrics.update({"step_time_s": elapsed, "images_per_s": images / elapsed,
-                        "peak_memory_mb": peak_memory_mb(self.policy_device()), **self.counters})
+        metrics.update(
+            {
+                "step_time_s": elapsed,
+                "images_per_s": images / elapsed,
+                "peak_memory_mb": peak_memory_mb(self.policy_device()),
+                **self.counters,
+            }
+        )
         if isinstance(self.decomposer, DecompositionStats):  # how the run's prompts were decomposed so far
             metrics.update({f"decomposed_{path.replace('-', '_')}": n for path, n in self.decomposer.stats().items()})
         if self.dist.active:
             metrics["processes"] = self.dist.world
             # this process's payload in cast's collectives this step, plus the gradient sync (DDP's
             # all-reduce; under FSDP2 its reduce-scatter, without the parameter all-gathers)
-            ddp = sum(p.numel() * p.element_size() for p in self.params) * (self.updater.optimizer_steps - steps_before) \
-                if self.updater.module_syncs else 0
+            ddp = (
+                sum(p.numel() * p.element_size() for p in self.params) * (self.updater.optimizer_steps - steps_before)
+                if self.updater.module_syncs
+                else 0
+            )
             metrics["comm_bytes"] = self.dist.bytes_sent - sent_before + ddp
         if cfg.sample_every and self.step % cfg.sample_every == 0 and self.dist.is_main:
             self.write_samples(prompts, rollout, rows, advantages)
@@ -340,10 +438,16 @@ class Trainer:
         if measure:
             with self._encoding_from_cache() if self.config.offload_text_encoder else contextlib.nullcontext():
                 window = self.selector.select(self.policy, list(self.prompts), self.config.num_steps)
-            record = {"start": window.start, "size": window.size, "selector": self.config.window,
-                      "diagnostics": jsonable_tree(dict(window.diagnostics))}
+            record = {
+                "start": window.start,
+                "size": window.size,
+                "selector": self.config.window,
+                "diagnostics": jsonable_tree(dict(window.diagnostics)),
+            }
             self.files.write_window(record)
-            self.log(f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})")
+            self.log(
+                f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})"
+            )
         record = self.dist.broadcast_object(record)
         return Window(record["start"], record["size"], record.get("diagnostics", {}))
 
@@ -352,8 +456,14 @@ class Trainer:
         G = self.config.group_size
         return [divmod(s, G) for s in self.dist.shard(num_prompts * G)]
 
-    def rollout(self, prompts: list[str], window: Window, step: int, x0_steps: tuple[int, ...] | None = None,
-                ids: list[tuple[int, int]] | None = None) -> Rollout:
+    def rollout(
+        self,
+        prompts: list[str],
+        window: Window,
+        step: int,
+        x0_steps: tuple[int, ...] | None = None,
+        ids: list[tuple[int, int]] | None = None,
+    ) -> Rollout:
         """Sample this process's share of the step (``ids``, default :meth:`sample_ids`).
 
         Sample ``(p, g)`` draws from its own generator, seeded by ``(seed, step, p, g)``, so its
@@ -372,17 +482,32 @@ class Trainer:
         keep = tuple(x0_steps) or False
         noise = None
         if cfg.group_noise == "shared":  # one starting point per group
-            noise = torch.cat([self.policy.initial_noise(1, self.image_size, generator_for(cfg.seed, step, "start", p))
-                               for p, _ in ids])
+            noise = torch.cat(
+                [
+                    self.policy.initial_noise(1, self.image_size, generator_for(cfg.seed, step, "start", p))
+                    for p, _ in ids
+                ]
+            )
         cond = self.prompt_cache.batch(batch)
         chunk = cfg.sample_batch_size or len(batch)
         with self.autocast():
-            parts = [sample(self.policy, batch[i:i + chunk], num_steps=cfg.num_steps, image_size=self.image_size,
-                            window=window, eta=cfg.eta, generator=gens[i:i + chunk], keep_x0=keep,
-                            noise_block=cfg.noise_block, conditioning=select_rows(cond, list(range(i, min(i + chunk, len(batch))))),
-                            initial_noise=None if noise is None else noise[i:i + chunk],
-                            decode_batch_size=cfg.decode_batch_size)
-                     for i in range(0, len(batch), chunk)]
+            parts = [
+                sample(
+                    self.policy,
+                    batch[i : i + chunk],
+                    num_steps=cfg.num_steps,
+                    image_size=self.image_size,
+                    window=window,
+                    eta=cfg.eta,
+                    generator=gens[i : i + chunk],
+                    keep_x0=keep,
+                    noise_block=cfg.noise_block,
+                    conditioning=select_rows(cond, list(range(i, min(i + chunk, len(batch))))),
+                    initial_noise=None if noise is None else noise[i : i + chunk],
+                    decode_batch_size=cfg.decode_batch_size,
+                )
+                for i in range(0, len(batch), chunk)
+            ]
         rollout = concat_rollouts(parts)
         rollout.sample_ids = list(ids)
         return rollout
@@ -403,8 +528,12 @@ class Trainer:
             if rollout.x0 is None:
                 raise RuntimeError("heatmap_source='x0' needs a rollout sampled with keep_x0 at the window start")
             with torch.no_grad():
-                map_images = decode_images(self.policy, rollout.x0[:, x0_index].to(rollout.latents.dtype),
-                                           self.image_size, self.config.decode_batch_size)
+                map_images = decode_images(
+                    self.policy,
+                    rollout.x0[:, x0_index].to(rollout.latents.dtype),
+                    self.image_size,
+                    self.config.decode_batch_size,
+                )
         scored = self.judge.advantages(verdicts, rollout, self.latent_grid, map_images)
         self.counters["scorer_failures"] += scored.scorer_failures
         # a scorer may answer on another device than the policy's (a CPU judge for CUDA images)
@@ -459,11 +588,17 @@ class Trainer:
         path = self.run_dir / "checkpoints" / f"step-{self.step:05d}"
         if self.dist.is_main or self.sharded:
             tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
-            path = save_checkpoint(self.run_dir, self.step, self.policy, self.optimizer,
-                                   {"counters": self.counters, "config": self.config.to_dict()}, tensors,
-                                   keep=self.config.keep_checkpoints,
-                                   write_extra=self._save_ema_adapter if self.ema is not None else None,
-                                   writer=self.dist.is_main)
+            path = save_checkpoint(
+                self.run_dir,
+                self.step,
+                self.policy,
+                self.optimizer,
+                {"counters": self.counters, "config": self.config.to_dict()},
+                tensors,
+                keep=self.config.keep_checkpoints,
+                write_extra=self._save_ema_adapter if self.ema is not None else None,
+                writer=self.dist.is_main,
+            )
         self.dist.barrier()
         return path
 
@@ -494,6 +629,6 @@ class Trainer:
         except Exception:  # noqa: BLE001 - a picture is not worth a crash
             return
         adv = None
-        if rows[:len(group)] == group:
-            adv = advantages[:len(group)].reshape(len(group), *self.latent_grid)
+        if rows[: len(group)] == group:
+            adv = advantages[: len(group)].reshape(len(group), *self.latent_grid)
         sample_grid(rollout.images[group], graph, scores, adv).save(self.files.samples / f"step-{self.step:05d}.png")

@@ -48,10 +48,21 @@ class UpdateResult(NamedTuple):
 
 
 class PolicyUpdate:
-    def __init__(self, config: Any, policy: Any, params: list[torch.nn.Parameter], optimizer: torch.optim.Optimizer,
-                 dist: Distributed, *, module: torch.nn.Module | None, autocast: Callable[[], Any],
-                 image_size: tuple[int, int] | None, log: Callable[[str], None], ema: list | None,
-                 sharded: bool = False):
+    def __init__(
+        self,
+        config: Any,
+        policy: Any,
+        params: list[torch.nn.Parameter],
+        optimizer: torch.optim.Optimizer,
+        dist: Distributed,
+        *,
+        module: torch.nn.Module | None,
+        autocast: Callable[[], Any],
+        image_size: tuple[int, int] | None,
+        log: Callable[[str], None],
+        ema: list | None,
+        sharded: bool = False,
+    ):
         self.config, self.policy, self.params, self.optimizer = config, policy, params, optimizer
         self.dist, self.module, self.autocast, self.image_size = dist, module, autocast, image_size
         self.log, self.ema = log, ema
@@ -67,18 +78,29 @@ class PolicyUpdate:
         the sampled log-probs; the SDE arithmetic stays in float32."""
         with self.autocast():
             v = self.policy.velocity(latents, sigma, cond, image_size=self.image_size)
-        return sde_step(v, latents, sigma, sigma_next, self.config.eta, sigma_max=sigma_max, prev_sample=next_latents,
-                        noise_block=self.config.noise_block)
+        return sde_step(
+            v,
+            latents,
+            sigma,
+            sigma_next,
+            self.config.eta,
+            sigma_max=sigma_max,
+            prev_sample=next_latents,
+            noise_block=self.config.noise_block,
+        )
 
     def objective(self, log_prob: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """The clipped objective of one window step: per position (CAST) or per sample (Flow-GRPO)."""
         cfg = self.config
         if cfg.ratio_mode == "position":
             return clipped_objective(reduce_per_position(log_prob), old, adv, cfg.clip_range)
-        return flow_grpo_objective(reduce_per_position(log_prob).mean(1), old.mean(1), adv.mean(1), cfg.clip_range,
-                                   adv_clip=cfg.adv_clip)
+        return flow_grpo_objective(
+            reduce_per_position(log_prob).mean(1), old.mean(1), adv.mean(1), cfg.clip_range, adv_clip=cfg.adv_clip
+        )
 
-    def _loss(self, rollout: Rollout, rows: torch.Tensor, t: int, adv: torch.Tensor, cond) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    def _loss(
+        self, rollout: Rollout, rows: torch.Tensor, t: int, adv: torch.Tensor, cond
+    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
         cfg = self.config
         sig = rollout.sigmas
         si = rollout.step_indices[t]
@@ -106,11 +128,18 @@ class PolicyUpdate:
             if epoch > 0:
                 perm = torch.randperm(n, generator=generator_for(cfg.seed, step, "shuffle", epoch)).tolist()
                 order = [base[i] for i in perm]
-            epochs.append([order[i:i + size] for i in range(0, n, size)])
+            epochs.append([order[i : i + size] for i in range(0, n, size)])
         return epochs
 
-    def run(self, rollout: Rollout, rows: list[int], ids: list[tuple[int, int]], advantages: torch.Tensor,
-            all_ids: list[tuple[int, int]], step: int) -> UpdateResult:
+    def run(
+        self,
+        rollout: Rollout,
+        rows: list[int],
+        ids: list[tuple[int, int]],
+        advantages: torch.Tensor,
+        all_ids: list[tuple[int, int]],
+        step: int,
+    ) -> UpdateResult:
         """Train on this rank's ``rows`` of ``rollout`` (sample ``ids``, advantages ``[n, h·w]``);
         ``all_ids`` are the kept samples of every rank. Returns the update's metrics and how many
         minibatches were skipped for a non-finite loss or gradient (identical on every rank)."""
@@ -124,7 +153,7 @@ class PolicyUpdate:
             for members in epoch_batches:
                 mine = [s for s in members if s in row_of]
                 micro = cfg.micro_batch_size or max(len(mine), 1)
-                chunks = [mine[i:i + micro] for i in range(0, len(mine), micro)] or [[]]
+                chunks = [mine[i : i + micro] for i in range(0, len(mine), micro)] or [[]]
                 self.optimizer.zero_grad(set_to_none=True)
                 finite = True
                 passes = [(c, t) for c in chunks for t in range(T)]
@@ -165,8 +194,17 @@ class PolicyUpdate:
             return self.dist.accelerator.no_sync(self.module)
         return contextlib.nullcontext()
 
-    def _accumulate(self, rollout: Rollout, chunk: list, t: int, row_of: dict, adv_of: dict,
-                    advantages: torch.Tensor, minibatch: int, T: int) -> tuple[bool, dict | None]:
+    def _accumulate(
+        self,
+        rollout: Rollout,
+        chunk: list,
+        t: int,
+        row_of: dict,
+        adv_of: dict,
+        advantages: torch.Tensor,
+        minibatch: int,
+        T: int,
+    ) -> tuple[bool, dict | None]:
         """Forward and backward of one micro-batch at window step ``t``, weighted by its share of
         the minibatch. An empty chunk (a rank without members here) runs a zero-weighted pass
         so that the gradient sync still happens on every rank."""
@@ -177,7 +215,11 @@ class PolicyUpdate:
         else:
             if not self.dist.active:
                 return True, None
-            rows, adv, weight = torch.tensor([0]), advantages.new_zeros(1, advantages.shape[1] if advantages.ndim == 2 else 1), 0.0
+            rows, adv, weight = (
+                torch.tensor([0]),
+                advantages.new_zeros(1, advantages.shape[1] if advantages.ndim == 2 else 1),
+                0.0,
+            )
         cond = select_rows(rollout.conditioning, rows)
         loss, kl, diag = self._loss(rollout, rows, t, adv.to(rollout.log_probs.device), cond)
         total = (loss + self.config.beta * kl) * (weight / T)

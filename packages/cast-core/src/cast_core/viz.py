@@ -26,7 +26,9 @@ def _to_pil(image: "torch.Tensor", scale: int) -> "Image.Image":
     return pil.resize((pil.width * scale, pil.height * scale), Image.NEAREST)
 
 
-def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneGraph", scores: "torch.Tensor", threshold: float = 0.5) -> "Image.Image":
+def heatmap_grid(
+    image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneGraph", scores: "torch.Tensor", threshold: float = 0.5
+) -> "Image.Image":
     """One row: the image, then each atom's heatmap (the rest of the image faded), captioned with the atom,
     its score and a PASS/FAIL verdict (``score >= threshold``)."""
     import torch
@@ -49,7 +51,11 @@ def heatmap_grid(image: "torch.Tensor", heatmaps: "torch.Tensor", graph: "SceneG
         ok = score >= threshold
         label = f"{atom.id} {atom.kind}" + (f" {atom.value}" if atom.value is not None else "")
         draw.text((k * tile_w + 2, tile_h + 2), label[: tile_w // 6], fill=(0, 0, 0))
-        draw.text((k * tile_w + 2, tile_h + 14), f"{'PASS' if ok else 'FAIL'} {score:.2f}", fill=PASS_COLOUR if ok else FAIL_COLOUR)
+        draw.text(
+            (k * tile_w + 2, tile_h + 14),
+            f"{'PASS' if ok else 'FAIL'} {score:.2f}",
+            fill=PASS_COLOUR if ok else FAIL_COLOUR,
+        )
     return canvas
 
 
@@ -66,7 +72,13 @@ def advantage_colours(adv: "torch.Tensor", size: tuple[int, int], scale: float |
     return torch.stack([1 - neg, 1 - pos - neg, 1 - pos]).clamp(0, 1)
 
 
-def sample_grid(images: "torch.Tensor", graph: "SceneGraph", scores, advantages: "torch.Tensor | None" = None, threshold: float = 0.5) -> "Image.Image":
+def sample_grid(
+    images: "torch.Tensor",
+    graph: "SceneGraph",
+    scores,
+    advantages: "torch.Tensor | None" = None,
+    threshold: float = 0.5,
+) -> "Image.Image":
     """One column per image of a group: the image, its advantage map (if given) and a caption
     with the GM and one PASS/FAIL mark per atom (``+`` pass, ``-`` fail, in atom order)."""
     from PIL import Image, ImageDraw

@@ -31,17 +31,26 @@ PATHS = ("template", "llm", "prompt-level")
 def prompt_level_graph(prompt: str) -> SceneGraph:
     """One atom for the whole prompt, asked as VQAScore asks it."""
     text = " ".join(prompt.split())
-    return SceneGraph(prompt=prompt, entities=(Entity(id="e1", noun="scene", count=1),),
-                      atoms=(Atom(id="a1", kind="object", entity="e1",
-                                  question=f'Does this image show "{text}"?'),)).validate()
+    return SceneGraph(
+        prompt=prompt,
+        entities=(Entity(id="e1", noun="scene", count=1),),
+        atoms=(Atom(id="a1", kind="object", entity="e1", question=f'Does this image show "{text}"?'),),
+    ).validate()
 
 
 class AutoDecomposer:
     """``llm_path`` (a local chat model) or ``generate`` + ``model_id`` enable the LLM step;
     without them, prompts outside the grammar get the prompt-level atom."""
 
-    def __init__(self, llm_path: str | None = None, *, generate: Callable[[list[dict]], str] | None = None,
-                 model_id: str | None = None, cache_dir: str | Path | None = None, **llm_options: Any):
+    def __init__(
+        self,
+        llm_path: str | None = None,
+        *,
+        generate: Callable[[list[dict]], str] | None = None,
+        model_id: str | None = None,
+        cache_dir: str | Path | None = None,
+        **llm_options: Any,
+    ):
         from cast_rewards.template import TemplateDecomposer
 
         self.template = TemplateDecomposer(distinct_nouns=True)
@@ -49,8 +58,9 @@ class AutoDecomposer:
         if llm_path is not None or generate is not None:
             from cast_rewards.llm import LLMDecomposer
 
-            self.llm = LLMDecomposer(llm_path, generate=generate, model_id=model_id, cache_dir=cache_dir,
-                                     fallback=False, **llm_options)
+            self.llm = LLMDecomposer(
+                llm_path, generate=generate, model_id=model_id, cache_dir=cache_dir, fallback=False, **llm_options
+            )
         self.paths: dict[str, str] = {}
 
     def decompose(self, prompt: str) -> SceneGraph:
@@ -64,9 +74,12 @@ class AutoDecomposer:
                 except SceneGraphError:
                     graph = None
             if graph is None:
-                warnings.warn(f"auto decomposer: {cut(prompt)!r} is outside the template grammar "
-                              f"({template_error}){'' if self.llm else ' and no llm is configured'}; "
-                              "scored as one prompt-level atom", stacklevel=2)
+                warnings.warn(
+                    f"auto decomposer: {cut(prompt)!r} is outside the template grammar "
+                    f"({template_error}){'' if self.llm else ' and no llm is configured'}; "
+                    "scored as one prompt-level atom",
+                    stacklevel=2,
+                )
                 graph, path = prompt_level_graph(prompt), "prompt-level"
         self.paths[prompt] = path
         return graph
@@ -78,4 +91,3 @@ class AutoDecomposer:
     def stats(self) -> dict[str, int]:
         counts = Counter(self.paths.values())
         return {p: counts.get(p, 0) for p in PATHS}
-

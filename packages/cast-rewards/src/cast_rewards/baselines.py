@@ -29,8 +29,9 @@ __all__ = ["ClipScoreScorer", "PickScoreScorer", "PICKSCORE_SCALE"]
 PICKSCORE_SCALE = 26.0
 
 
-def _broadcast(prompt_scores: torch.Tensor, images: torch.Tensor, graphs: Sequence[SceneGraph],
-               heatmaps: bool) -> AtomScores:
+def _broadcast(
+    prompt_scores: torch.Tensor, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool
+) -> AtomScores:
     scores = [prompt_scores[i].expand(len(g.atoms)).clone().float().cpu() for i, g in enumerate(graphs)]
     maps = None
     if heatmaps:
@@ -43,13 +44,22 @@ class ClipScoreScorer:
     """Image embeddings from the registered ``clip`` embedder (its preprocessing and weights),
     prompt embeddings from the same open_clip model's text tower."""
 
-    def __init__(self, model_name: str = "ViT-L-14", pretrained: str | None = "openai", *, model: Any = None,
-                 tokenizer: Callable[[list[str]], torch.Tensor] | None = None, device: str | None = None):
+    def __init__(
+        self,
+        model_name: str = "ViT-L-14",
+        pretrained: str | None = "openai",
+        *,
+        model: Any = None,
+        tokenizer: Callable[[list[str]], torch.Tensor] | None = None,
+        device: str | None = None,
+    ):
         from cast_core.registry import get_embedder, list_components
 
         if "clip" not in list_components("embedder"):
-            raise ValueError("clip-score embeds images with the 'clip' embedder of cast-windows, which is not installed: "
-                             "pip install cast-windows 'cast-rewards[clip]'")
+            raise ValueError(
+                "clip-score embeds images with the 'clip' embedder of cast-windows, which is not installed: "
+                "pip install cast-windows 'cast-rewards[clip]'"
+            )
         self.embedder = get_embedder("clip", model_name=model_name, pretrained=pretrained, model=model, device=device)
         if tokenizer is None:
             import open_clip
@@ -76,8 +86,16 @@ class PickScoreScorer:
     ``processor_path``: its processor (CLIP-H's, laion/CLIP-ViT-H-14-laion2B-s32B-b79K), default
     ``path``. Or pass a built ``model`` and ``processor``."""
 
-    def __init__(self, path: str | None = None, *, processor_path: str | None = None, model: Any = None,
-                 processor: Any = None, device: str | None = None, torch_dtype: Any = None):
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        processor_path: str | None = None,
+        model: Any = None,
+        processor: Any = None,
+        device: str | None = None,
+        torch_dtype: Any = None,
+    ):
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         if model is None:
             from transformers import AutoProcessor, CLIPModel
@@ -89,8 +107,10 @@ class PickScoreScorer:
                 model = CLIPModel.from_pretrained(path, dtype=dtype or torch.float32)
                 processor = AutoProcessor.from_pretrained(processor_path or path)
             except OSError as err:
-                raise FileNotFoundError(f"pickscore: cannot load from {path!r} ({str(err).splitlines()[0]}); give "
-                                        "scorer_kwargs.path = a local PickScore directory") from None
+                raise FileNotFoundError(
+                    f"pickscore: cannot load from {path!r} ({str(err).splitlines()[0]}); give "
+                    "scorer_kwargs.path = a local PickScore directory"
+                ) from None
         if processor is None:
             raise ValueError("pickscore: a model= needs its processor=")
         self.model = model.to(self.device).eval()
@@ -100,8 +120,9 @@ class PickScoreScorer:
     def prompt_scores(self, images: torch.Tensor, prompts: Sequence[str], clamp: bool = True) -> torch.Tensor:
         pil = [to_pil(im) for im in images]
         image_in = self.processor(images=pil, return_tensors="pt").to(self.device)
-        text_in = self.processor(text=list(prompts), padding=True, truncation=True, max_length=77,
-                                 return_tensors="pt").to(self.device)
+        text_in = self.processor(
+            text=list(prompts), padding=True, truncation=True, max_length=77, return_tensors="pt"
+        ).to(self.device)
         image = _features(self.model.get_image_features(**image_in)).float()
         text = _features(self.model.get_text_features(**text_in)).float()
         image = image / image.norm(dim=-1, keepdim=True)

@@ -54,8 +54,10 @@ class GenEval2Record:
 def read_geneval2(path: str | Path) -> list[GenEval2Record]:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"GenEval 2 data {path} does not exist; download geneval2_data.jsonl from "
-                                "facebookresearch/GenEval2 (its licence forbids cast shipping it)")
+        raise FileNotFoundError(
+            f"GenEval 2 data {path} does not exist; download geneval2_data.jsonl from "
+            "facebookresearch/GenEval2 (its licence forbids cast shipping it)"
+        )
     records = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -67,8 +69,10 @@ def read_geneval2(path: str | Path) -> list[GenEval2Record]:
             raise SceneGraphError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
         missing = [k for k in ("prompt", "atom_count", "vqa_list", "skills") if k not in raw]
         if missing:
-            raise SceneGraphError(f"{where}: missing key(s) {', '.join(missing)}; a GenEval 2 line has prompt, "
-                                  "atom_count, vqa_list and skills")
+            raise SceneGraphError(
+                f"{where}: missing key(s) {', '.join(missing)}; a GenEval 2 line has prompt, "
+                "atom_count, vqa_list and skills"
+            )
         vqa = tuple((str(q), str(a)) for q, a in raw["vqa_list"])
         skills = tuple(str(s) for s in raw["skills"])
         if len(skills) != len(vqa):
@@ -89,8 +93,9 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
     from cast_rewards.lexicon import SPATIAL_PHRASES
 
     canonical = dict(SPATIAL_PHRASES)  # "to the left of" is stored as "left of", as the template decomposer does
-    rel_pattern = re.compile(_RELATION.pattern.format(rels="|".join(re.escape(r) for r in
-                                                                    sorted(relations, key=len, reverse=True))), re.I)
+    rel_pattern = re.compile(
+        _RELATION.pattern.format(rels="|".join(re.escape(r) for r in sorted(relations, key=len, reverse=True))), re.I
+    )
     entities: list[dict[str, Any]] = []
     atoms: list[dict[str, Any]] = []
 
@@ -102,8 +107,11 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
         if not entities:
             raise fail(question, "comes before any 'How many …' question, so its object is unknown")
         if entities[-1]["noun"] != _noun(noun):
-            raise fail(question, f"names {noun!r} but follows the questions about {entities[-1]['noun']!r}; "
-                                 "GenEval 2 asks count, attributes and existence of one object in a row")
+            raise fail(
+                question,
+                f"names {noun!r} but follows the questions about {entities[-1]['noun']!r}; "
+                "GenEval 2 asks count, attributes and existence of one object in a row",
+            )
         return entities[-1]
 
     def by_noun(noun: str, question: str) -> dict[str, Any]:
@@ -121,12 +129,20 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
         if skill == "count":
             m = _COUNT.match(question)
             if not m or answer.lower() not in NUMBERS:
-                raise fail(question, f"expected 'How many … are in the image?' answered by a number word, got {answer!r}")
-            entity = {"id": f"e{len(entities) + 1}", "noun": _noun(m["noun"]), "count": NUMBERS[answer.lower()],
-                      "exists": None, "children": []}
+                raise fail(
+                    question, f"expected 'How many … are in the image?' answered by a number word, got {answer!r}"
+                )
+            entity = {
+                "id": f"e{len(entities) + 1}",
+                "noun": _noun(m["noun"]),
+                "count": NUMBERS[answer.lower()],
+                "exists": None,
+                "children": [],
+            }
             entities.append(entity)
-            atoms.append({"id": aid, "kind": "count", "entity": entity["id"], "value": entity["count"],
-                          "question": question})
+            atoms.append(
+                {"id": aid, "kind": "count", "entity": entity["id"], "value": entity["count"], "question": question}
+            )
             entity["children"].append(len(atoms) - 1)
         elif skill == "object":
             m = _EXISTS.match(question)
@@ -140,22 +156,42 @@ def graph_from_record(record: GenEval2Record, relations: tuple[str, ...]) -> Sce
             if not m:
                 raise fail(question, "expected 'Is/Are the … {attribute}?'")
             entity = current(question, m["noun"])
-            atoms.append({"id": aid, "kind": "attribute", "entity": entity["id"], "value": m["attr"].lower(),
-                          "question": question})
+            atoms.append(
+                {
+                    "id": aid,
+                    "kind": "attribute",
+                    "entity": entity["id"],
+                    "value": m["attr"].lower(),
+                    "question": question,
+                }
+            )
             entity["children"].append(len(atoms) - 1)
         else:  # position / verb
             m = rel_pattern.match(question)
             if not m:
-                raise fail(question, f"expected 'Is/Are the A {{relation}} the B?' with a relation among "
-                                     f"{', '.join(relations)}")
+                raise fail(
+                    question,
+                    f"expected 'Is/Are the A {{relation}} the B?' with a relation among {', '.join(relations)}",
+                )
             a, b = by_noun(m["a"], question), by_noun(m["b"], question)
-            atoms.append({"id": aid, "kind": "relation", "entity": a["id"], "other": b["id"], "skill": skill,
-                          "value": canonical.get(m["rel"].lower(), m["rel"].lower()), "question": question,
-                          "ends": (a, b)})
+            atoms.append(
+                {
+                    "id": aid,
+                    "kind": "relation",
+                    "entity": a["id"],
+                    "other": b["id"],
+                    "skill": skill,
+                    "value": canonical.get(m["rel"].lower(), m["rel"].lower()),
+                    "question": question,
+                    "ends": (a, b),
+                }
+            )
     for e in entities:
         if e["exists"] is None:
-            raise SceneGraphError(f"{record.source}: object {e['noun']!r} has no 'Are there any …' question, so its "
-                                  "count and attributes have no parent")
+            raise SceneGraphError(
+                f"{record.source}: object {e['noun']!r} has no 'Are there any …' question, so its "
+                "count and attributes have no parent"
+            )
         for i in e["children"]:
             atoms[i]["parents"] = (e["exists"],)
     for atom in atoms:
@@ -176,8 +212,10 @@ class GenEval2Decomposer:
 
     def __init__(self, data: str | Path | None = None, relations: tuple[str, ...] | None = None):
         if data is None:
-            raise ValueError("the geneval2 decomposer needs data= (geneval2_data.jsonl; e.g. --set "
-                             "decomposer_kwargs.data=FILE or cast eval --benchmark geneval2 --data FILE)")
+            raise ValueError(
+                "the geneval2 decomposer needs data= (geneval2_data.jsonl; e.g. --set "
+                "decomposer_kwargs.data=FILE or cast eval --benchmark geneval2 --data FILE)"
+            )
         from cast_rewards.lexicon import SPATIAL_PHRASES, VERB_PHRASES
 
         self.data = Path(data)
@@ -191,8 +229,10 @@ class GenEval2Decomposer:
 
     def record(self, prompt: str) -> GenEval2Record:
         if prompt not in self.records:
-            raise SceneGraphError(f"prompt {prompt!r} is not in {self.data}; the geneval2 decomposer reads only "
-                                  "that file's prompts (use the template decomposer for others)")
+            raise SceneGraphError(
+                f"prompt {prompt!r} is not in {self.data}; the geneval2 decomposer reads only "
+                "that file's prompts (use the template decomposer for others)"
+            )
         return self.records[prompt]
 
     def decompose(self, prompt: str) -> SceneGraph:

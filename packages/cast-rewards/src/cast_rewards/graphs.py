@@ -61,25 +61,27 @@ class _Numberer:
         return atom_id
 
 
-def build_graph(
-    prompt: str, phrases: Sequence[NounPhrase], relations: Sequence[Relation] = ()
-) -> SceneGraph:
+def build_graph(prompt: str, phrases: Sequence[NounPhrase], relations: Sequence[Relation] = ()) -> SceneGraph:
     """The validated scene graph of ``prompt`` with the layout described in the module docstring."""
-    entities = tuple(
-        Entity(id=f"e{i + 1}", noun=np.noun, count=np.count) for i, np in enumerate(phrases)
-    )
+    entities = tuple(Entity(id=f"e{i + 1}", noun=np.noun, count=np.count) for i, np in enumerate(phrases))
     out = _Numberer()
     object_ids: list[str] = []
     for ent, np in zip(entities, phrases):
         obj = out.add(kind="object", entity=ent.id, question=object_question(np.noun))
         object_ids.append(obj)
         out.add(
-            kind="count", entity=ent.id, parents=(obj,), value=np.count,
+            kind="count",
+            entity=ent.id,
+            parents=(obj,),
+            value=np.count,
             question=count_question(np.noun),
         )
         for attr in np.attributes:
             out.add(
-                kind="attribute", entity=ent.id, parents=(obj,), value=attr,
+                kind="attribute",
+                entity=ent.id,
+                parents=(obj,),
+                value=attr,
                 question=attribute_question(np.noun, np.count, attr),
             )
     for rel in relations:

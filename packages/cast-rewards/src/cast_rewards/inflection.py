@@ -28,8 +28,23 @@ from __future__ import annotations
 # Nouns whose plural is the singular.
 INVARIANT_NOUNS: frozenset[str] = frozenset(
     {
-        "sheep", "fish", "deer", "moose", "bison", "salmon", "trout", "shrimp", "squid", "cod",
-        "swine", "aircraft", "spacecraft", "hovercraft", "series", "species", "offspring",
+        "sheep",
+        "fish",
+        "deer",
+        "moose",
+        "bison",
+        "salmon",
+        "trout",
+        "shrimp",
+        "squid",
+        "cod",
+        "swine",
+        "aircraft",
+        "spacecraft",
+        "hovercraft",
+        "series",
+        "species",
+        "offspring",
     }
 )
 
@@ -84,27 +99,69 @@ _COMPOUND_HEADS = ("man", "woman", "child", "person", "mouse", "goose", "tooth",
 # Singulars in -e that a suffix rule would otherwise cut wrongly.
 _IE_NOUNS = frozenset(
     {
-        "cookie", "movie", "pie", "tie", "zombie", "brownie", "smoothie", "selfie", "hoodie",
-        "magpie", "collie", "budgie", "yorkie", "pixie", "genie", "bootie", "rookie", "goalie",
-        "beanie", "birdie", "calorie", "lie", "die",
+        "cookie",
+        "movie",
+        "pie",
+        "tie",
+        "zombie",
+        "brownie",
+        "smoothie",
+        "selfie",
+        "hoodie",
+        "magpie",
+        "collie",
+        "budgie",
+        "yorkie",
+        "pixie",
+        "genie",
+        "bootie",
+        "rookie",
+        "goalie",
+        "beanie",
+        "birdie",
+        "calorie",
+        "lie",
+        "die",
     }
 )
 _CHE_NOUNS = frozenset(
-    {"moustache", "mustache", "headache", "stomachache", "toothache", "avalanche", "niche",
-     "cache", "cliche", "quiche", "psyche"}
+    {
+        "moustache",
+        "mustache",
+        "headache",
+        "stomachache",
+        "toothache",
+        "avalanche",
+        "niche",
+        "cache",
+        "cliche",
+        "quiche",
+        "psyche",
+    }
 )
 _OE_NOUNS = frozenset({"shoe", "toe", "canoe", "oboe", "hoe", "foe", "floe", "tiptoe"})
 
 # Singulars in -o whose plural takes -es (all others take -s: pianos, photos, kangaroos).
 _O_ES_NOUNS = frozenset(
-    {"potato", "tomato", "hero", "mango", "volcano", "mosquito", "echo", "torpedo", "domino",
-     "veto", "buffalo", "tornado"}
+    {
+        "potato",
+        "tomato",
+        "hero",
+        "mango",
+        "volcano",
+        "mosquito",
+        "echo",
+        "torpedo",
+        "domino",
+        "veto",
+        "buffalo",
+        "tornado",
+    }
 )
 
 # Nouns that end in a compound head but are not compounds of it ("human" is not a kind of "man").
 _NOT_COMPOUNDS = frozenset(
-    {"human", "shaman", "caiman", "cayman", "talisman", "ottoman", "german", "roman", "doberman",
-     "walkman", "mongoose"}
+    {"human", "shaman", "caiman", "cayman", "talisman", "ottoman", "german", "roman", "doberman", "walkman", "mongoose"}
 )
 
 # Plural -> singular: the inverse of the irregulars, plus a learned plural that is only read.

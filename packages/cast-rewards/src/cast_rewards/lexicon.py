@@ -28,14 +28,30 @@ from cast_rewards.errors import LexiconError
 from cast_rewards.inflection import pluralize, singularize
 
 __all__ = [
-    "COUNT_WORDS", "SPATIAL_PHRASES", "VERB_PHRASES", "SEPARATOR_WORDS", "Lexicon", "RelationMatch",
-    "PhraseSpec", "singularize", "pluralize",
+    "COUNT_WORDS",
+    "SPATIAL_PHRASES",
+    "VERB_PHRASES",
+    "SEPARATOR_WORDS",
+    "Lexicon",
+    "RelationMatch",
+    "PhraseSpec",
+    "singularize",
+    "pluralize",
 ]
 
 COUNT_WORDS: dict[str, int] = {
-    "a": 1, "an": 1,
-    "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
-    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
 }
 
 SPATIAL_PHRASES: dict[str, str] = {
@@ -121,8 +137,7 @@ def _as_mapping(spec: PhraseSpec, what: str) -> dict[str, str]:
         return {p: p for p in spec}
     except TypeError:
         raise LexiconError(
-            f"{what} phrases must be a list of phrases or a mapping phrase -> canonical form, "
-            f"got {type(spec).__name__}"
+            f"{what} phrases must be a list of phrases or a mapping phrase -> canonical form, got {type(spec).__name__}"
         ) from None
 
 
@@ -135,8 +150,9 @@ class Lexicon:
     is already known with a different skill or canonical form is an error, not a silent override.
     """
 
-    def __init__(self, verbs: PhraseSpec = None, relations: PhraseSpec = None,
-                 attributes: Iterable[str] | None = None) -> None:
+    def __init__(
+        self, verbs: PhraseSpec = None, relations: PhraseSpec = None, attributes: Iterable[str] | None = None
+    ) -> None:
         from cast_rewards.noun_phrases import ATTRIBUTES
 
         #: words read as attribute atoms (cast_rewards.noun_phrases.ATTRIBUTES plus ``attributes``)
@@ -177,7 +193,7 @@ class Lexicon:
     def match_relation(self, words: Sequence[str], start: int) -> RelationMatch | None:
         """The longest relation phrase starting at ``words[start]``, or None."""
         for n in range(min(self._max_len, len(words) - start), 0, -1):
-            hit = self._phrases.get(tuple(words[start:start + n]))
+            hit = self._phrases.get(tuple(words[start : start + n]))
             if hit is not None:
                 return hit
         return None

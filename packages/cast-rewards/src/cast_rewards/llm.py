@@ -63,7 +63,7 @@ def extract_json(text: str) -> Any:
                 depth -= 1
                 if depth == 0:
                     try:
-                        return json.loads(text[start:i + 1])
+                        return json.loads(text[start : i + 1])
                     except json.JSONDecodeError:
                         break
         start = text.find("{", start + 1)
@@ -73,18 +73,31 @@ def extract_json(text: str) -> Any:
 class LLMDecomposer:
     """``path``: a local chat model directory (or hub id) for transformers; or ``generate``."""
 
-    def __init__(self, path: str | None = None, *, generate: Callable[[list[dict]], str] | None = None,
-                 cache_dir: str | Path | None = None, max_new_tokens: int = 1024, device: str | None = None,
-                 model_id: str | None = None, fallback: bool = True):
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        generate: Callable[[list[dict]], str] | None = None,
+        cache_dir: str | Path | None = None,
+        max_new_tokens: int = 1024,
+        device: str | None = None,
+        model_id: str | None = None,
+        fallback: bool = True,
+    ):
         if (path is None) == (generate is None):
             raise ValueError("the llm decomposer needs path= (a local chat model, e.g. a Qwen3 instruct) or generate=")
         if generate is not None and not model_id:
-            raise ValueError("the llm decomposer with generate= needs model_id= (the cache is keyed by it: two "
-                             "models must not share answers)")
+            raise ValueError(
+                "the llm decomposer with generate= needs model_id= (the cache is keyed by it: two "
+                "models must not share answers)"
+            )
         self.generate = generate or _transformers_generate(path, max_new_tokens, device)
         self.model_id = model_id or str(path)
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else \
-            Path.home() / ".cache" / "cast" / "llm-decompositions"
+        self.cache_dir = (
+            Path(cache_dir).expanduser()
+            if cache_dir is not None
+            else Path.home() / ".cache" / "cast" / "llm-decompositions"
+        )
         self.calls = 0  # generate() calls made (tests, logs)
         self.fallback = bool(fallback)  # False: raise instead of using the template (the auto decomposer decides)
         self._template: Any = None
@@ -124,23 +137,35 @@ class LLMDecomposer:
                 graph = self._parse(prompt, answer)
             except (ValueError, SceneGraphError) as err:
                 error = str(err)
-                messages = [*messages, {"role": "assistant", "content": answer},
-                            {"role": "user", "content": f"That is not a valid scene graph: {error}. "
-                                                        "Answer again with the corrected JSON object only."}]
+                messages = [
+                    *messages,
+                    {"role": "assistant", "content": answer},
+                    {
+                        "role": "user",
+                        "content": f"That is not a valid scene graph: {error}. "
+                        "Answer again with the corrected JSON object only.",
+                    },
+                ]
                 continue
             self._write_cache(prompt, graph)
             return graph
         if not self.fallback:
-            raise SceneGraphError(f"llm decomposer ({self.model_id}): no valid scene graph for {prompt!r} after a "
-                                  f"retry ({error})")
-        warnings.warn(f"llm decomposer ({self.model_id}): no valid scene graph for {prompt!r} after a retry "
-                      f"({error}); using the template decomposer", stacklevel=2)
+            raise SceneGraphError(
+                f"llm decomposer ({self.model_id}): no valid scene graph for {prompt!r} after a retry ({error})"
+            )
+        warnings.warn(
+            f"llm decomposer ({self.model_id}): no valid scene graph for {prompt!r} after a retry "
+            f"({error}); using the template decomposer",
+            stacklevel=2,
+        )
         return self._fallback().decompose(prompt)
 
     # -- cache -------------------------------------------------------------------------------------------
     def _cache_file(self, prompt: str) -> Path:
         # everything the answer depends on: the model, the instructions, the worked example, the prompt
-        key = hashlib.sha256(json.dumps([self.model_id, SYSTEM_PROMPT, EXAMPLE_PROMPT, prompt]).encode()).hexdigest()[:24]
+        key = hashlib.sha256(json.dumps([self.model_id, SYSTEM_PROMPT, EXAMPLE_PROMPT, prompt]).encode()).hexdigest()[
+            :24
+        ]
         return self.cache_dir / f"{key}.json"
 
     def _read_cache(self, prompt: str) -> SceneGraph | None:
@@ -175,15 +200,19 @@ def _transformers_generate(path: str, max_new_tokens: int, device: str | None) -
         if not state:
             dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
             state["tok"] = AutoTokenizer.from_pretrained(path)
-            state["model"] = AutoModelForCausalLM.from_pretrained(
-                path, dtype=torch.bfloat16 if dev.startswith("cuda") else torch.float32).to(dev).eval()
+            state["model"] = (
+                AutoModelForCausalLM.from_pretrained(
+                    path, dtype=torch.bfloat16 if dev.startswith("cuda") else torch.float32
+                )
+                .to(dev)
+                .eval()
+            )
             state["device"] = dev
         tok, model = state["tok"], state["model"]
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, enable_thinking=False)
         enc = tok(text, return_tensors="pt").to(state["device"])
         with torch.no_grad():
             out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
-        return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
 
     return generate
-

@@ -24,7 +24,8 @@ def register_atom_decomposers(register):
     register(
         "auto",
         lazy("cast_rewards.auto:AutoDecomposer"),
-        description="template when it parses, else llm (llm_path=MODEL), else one prompt-level atom; path kept per prompt",
+        description="template when it parses, else llm (llm_path=MODEL), else one prompt-level atom; "
+        "path kept per prompt",
     )
     register(
         "llm",

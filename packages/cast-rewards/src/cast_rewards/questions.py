@@ -37,6 +37,4 @@ def attribute_question(noun: str, count: int, attribute: str) -> str:
 
 
 def relation_question(noun: str, count: int, relation: str, other_noun: str, other_count: int) -> str:
-    return (
-        f"{_be(count)} the {_named(noun, count)} {relation} the {_named(other_noun, other_count)}?"
-    )
+    return f"{_be(count)} the {_named(noun, count)} {relation} the {_named(other_noun, other_count)}?"

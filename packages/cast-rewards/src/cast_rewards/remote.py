@@ -38,8 +38,10 @@ RETRYABLE = (502, 503, 504)  # a proxy or a restarting server: worth another try
 class RemoteScorer:
     def __init__(self, url: str | None = None, *, timeout: float = 300.0, retries: int = 2, backoff: float = 2.0):
         if not url:
-            raise ValueError("the remote scorer needs url= (e.g. --set scorer_kwargs.url=http://judge-host:8410), "
-                             "where `cast serve-scorer` runs")
+            raise ValueError(
+                "the remote scorer needs url= (e.g. --set scorer_kwargs.url=http://judge-host:8410), "
+                "where `cast serve-scorer` runs"
+            )
         self.url = url.rstrip("/")
         self.timeout, self.retries, self.backoff = float(timeout), int(retries), float(backoff)
 
@@ -55,8 +57,9 @@ class RemoteScorer:
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * attempt)
-            request = urllib.request.Request(f"{self.url}/score", data=body, method="POST",
-                                             headers={"Content-Type": "application/octet-stream"})
+            request = urllib.request.Request(
+                f"{self.url}/score", data=body, method="POST", headers={"Content-Type": "application/octet-stream"}
+            )
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return decode_response(response.read(), graphs)
@@ -66,14 +69,20 @@ class RemoteScorer:
                     raise RuntimeError(f"remote scorer {self.url} ({err.code}): {detail}") from None
                 last = f"HTTP {err.code}: {detail}"
             except (TimeoutError, socket.timeout) as err:
-                raise ScorerUnavailable(f"remote scorer {self.url} did not answer within {self.timeout:g} s "
-                                        f"({err}); raise scorer_kwargs.timeout if the judge is just slow") from None
+                raise ScorerUnavailable(
+                    f"remote scorer {self.url} did not answer within {self.timeout:g} s "
+                    f"({err}); raise scorer_kwargs.timeout if the judge is just slow"
+                ) from None
             except urllib.error.URLError as err:
                 if isinstance(err.reason, (TimeoutError, socket.timeout)):
-                    raise ScorerUnavailable(f"remote scorer {self.url} did not answer within {self.timeout:g} s "
-                                            "(raise scorer_kwargs.timeout if the judge is just slow)") from None
+                    raise ScorerUnavailable(
+                        f"remote scorer {self.url} did not answer within {self.timeout:g} s "
+                        "(raise scorer_kwargs.timeout if the judge is just slow)"
+                    ) from None
                 last = f"{type(err.reason).__name__}: {err.reason}"
             except (ConnectionError, http.client.HTTPException) as err:  # reset or closed mid-answer
                 last = f"{type(err).__name__}: {err}"
-        raise ScorerUnavailable(f"remote scorer {self.url} did not answer after {self.retries + 1} tries; "
-                                f"last error: {last}. Is `cast serve-scorer` running there?")
+        raise ScorerUnavailable(
+            f"remote scorer {self.url} did not answer after {self.retries + 1} tries; "
+            f"last error: {last}. Is `cast serve-scorer` running there?"
+        )

@@ -73,7 +73,7 @@ def _load(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
         tensors = load(blob)
         size = int.from_bytes(blob[:8], "little")
-        meta = json.loads(blob[8:8 + size]).get("__metadata__") or {}
+        meta = json.loads(blob[8 : 8 + size]).get("__metadata__") or {}
     except Exception as err:  # noqa: BLE001 - any malformed bytes
         raise WireError(f"not a safetensors blob ({type(err).__name__})") from None
     return tensors, meta

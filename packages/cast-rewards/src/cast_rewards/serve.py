@@ -93,8 +93,11 @@ class Batcher:
         start = 0
         for p in group:
             n = len(p.images)
-            part = AtomScores(graphs=p.graphs, scores=out.scores[start:start + n],
-                              heatmaps=None if out.heatmaps is None else out.heatmaps[start:start + n])
+            part = AtomScores(
+                graphs=p.graphs,
+                scores=out.scores[start : start + n],
+                heatmaps=None if out.heatmaps is None else out.heatmaps[start : start + n],
+            )
             start += n
             if not p.done.done():
                 p.done.set_result(part)
@@ -108,8 +111,9 @@ def _compatible(batch: list[_Pending]) -> list[list[_Pending]]:
     return list(groups.values())
 
 
-def make_app(scorer: Any, name: str, *, max_batch: int = 32, max_wait_ms: float = 10.0,
-             max_request_bytes: int = 512 * 2**20):
+def make_app(
+    scorer: Any, name: str, *, max_batch: int = 32, max_wait_ms: float = 10.0, max_request_bytes: int = 512 * 2**20
+):
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -123,8 +127,9 @@ def make_app(scorer: Any, name: str, *, max_batch: int = 32, max_wait_ms: float 
     async def score(request: Request):
         size = int(request.headers.get("content-length") or 0)
         if size > max_request_bytes:
-            return PlainTextResponse(f"request of {size} bytes exceeds the server's limit of {max_request_bytes}\n",
-                                     status_code=413)
+            return PlainTextResponse(
+                f"request of {size} bytes exceeds the server's limit of {max_request_bytes}\n", status_code=413
+            )
         body = await request.body()
         try:
             images, graphs, heatmaps = decode_request(body)
@@ -135,8 +140,9 @@ def make_app(scorer: Any, name: str, *, max_batch: int = 32, max_wait_ms: float 
         except Exception as err:  # noqa: BLE001 - the scorer's own failure on this request, one line
             # 422, not 5xx: the server works, this request cannot be scored; the client does not
             # retry it and the trainer skips the group, as it would a local scorer's failure
-            return PlainTextResponse(f"scorer {name!r} failed on this request: {type(err).__name__}: {err}\n",
-                                     status_code=422)
+            return PlainTextResponse(
+                f"scorer {name!r} failed on this request: {type(err).__name__}: {err}\n", status_code=422
+            )
         return Response(encode_response(out), media_type="application/octet-stream")
 
     app = Starlette(routes=[Route("/health", health), Route("/score", score, methods=["POST"])])

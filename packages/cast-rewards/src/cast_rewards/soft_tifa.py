@@ -71,11 +71,22 @@ class SoftTifaScorer:
     """Soft-TIFA with a Qwen3-VL judge. Give ``path`` (a local directory or a hub id, default
     ``Qwen/Qwen3-VL-8B-Instruct``) or an already built ``model`` and ``processor``."""
 
-    def __init__(self, path: str | None = "Qwen/Qwen3-VL-8B-Instruct", *, model: Any = None, processor: Any = None,
-                 device: str | None = None, torch_dtype: Any = None, batch_size: int = 16,
-                 max_pixels: int | None = 512 * 512, renormalize: bool = False,
-                 heatmap_layers: Sequence[float] = (0.5, 0.85), sink_factor: float = 20.0,
-                 baseline_question: str | None = GENERIC_QUESTION, prefix_reuse: bool = True):
+    def __init__(
+        self,
+        path: str | None = "Qwen/Qwen3-VL-8B-Instruct",
+        *,
+        model: Any = None,
+        processor: Any = None,
+        device: str | None = None,
+        torch_dtype: Any = None,
+        batch_size: int = 16,
+        max_pixels: int | None = 512 * 512,
+        renormalize: bool = False,
+        heatmap_layers: Sequence[float] = (0.5, 0.85),
+        sink_factor: float = 20.0,
+        baseline_question: str | None = GENERIC_QUESTION,
+        prefix_reuse: bool = True,
+    ):
         if (model is None) != (processor is None):
             raise ValueError("SoftTifaScorer: give both model= and processor=, or neither (then path= is loaded)")
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -116,9 +127,11 @@ class SoftTifaScorer:
             model = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=dtype)
             processor = AutoProcessor.from_pretrained(path)
         except OSError as err:
-            raise FileNotFoundError(f"soft-tifa: cannot load a Qwen3-VL judge from {path!r} ({err}); give "
-                                    "scorer_kwargs.path = a local model directory (or a hub id on a machine with "
-                                    "network)") from None
+            raise FileNotFoundError(
+                f"soft-tifa: cannot load a Qwen3-VL judge from {path!r} ({err}); give "
+                "scorer_kwargs.path = a local model directory (or a hub id on a machine with "
+                "network)"
+            ) from None
         return model, processor
 
     # -- the questions ----------------------------------------------------------------------------
@@ -160,13 +173,16 @@ class SoftTifaScorer:
         if not maps:
             return probs, None
         attn = torch.stack([rows[i] for i in self.band]).mean(0)  # [n, L]: mean over layers (heads already)
-        image_rows = [(attn[r][enc["input_ids"][r] == self.image_token_id], self._grid(enc["image_grid_thw"][r]))
-                      for r in range(n)]
+        image_rows = [
+            (attn[r][enc["input_ids"][r] == self.image_token_id], self._grid(enc["image_grid_thw"][r]))
+            for r in range(n)
+        ]
         return probs, image_rows
 
     def _chat(self, image: Any, question: str) -> str:
-        return self.processor.apply_chat_template(self._messages(image, question), add_generation_prompt=True,
-                                                  tokenize=False)
+        return self.processor.apply_chat_template(
+            self._messages(image, question), add_generation_prompt=True, tokenize=False
+        )
 
     @torch.no_grad()
     def _prefix(self, image: Any) -> dict:
@@ -188,10 +204,12 @@ class SoftTifaScorer:
         continue the prefix's multimodal RoPE, as generation does."""
         import copy
 
-        suffixes = [self._chat(image, q)[prefix["cut"]:] for q in questions]
+        suffixes = [self._chat(image, q)[prefix["cut"] :] for q in questions]
         self.tokenizer.padding_side = "right"
         try:
-            suffix = self.tokenizer(suffixes, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+            suffix = self.tokenizer(suffixes, return_tensors="pt", padding=True, add_special_tokens=False).to(
+                self.device
+            )
         finally:
             self.tokenizer.padding_side = "left"
         enc = prefix["enc"]
@@ -199,12 +217,19 @@ class SoftTifaScorer:
         cache = copy.deepcopy(prefix["cache"])  # the suffix pass appends to it; the prefix serves the next chunk
         cache.batch_repeat_interleave(k)
         mask = torch.cat([enc["attention_mask"].expand(k, -1), suffix["attention_mask"]], 1)
-        positions = (torch.arange(plen, plen + slen, device=self.device) + prefix["delta"].reshape(-1)[0]).view(1, 1, slen)
+        positions = (torch.arange(plen, plen + slen, device=self.device) + prefix["delta"].reshape(-1)[0]).view(
+            1, 1, slen
+        )
         last = suffix["attention_mask"].sum(1) - 1
         rows: dict[int, torch.Tensor] = {}
         with self._capture(mask, last, rows) if maps else contextlib.nullcontext():
-            result = self.model(input_ids=suffix["input_ids"], attention_mask=mask, position_ids=positions.expand(3, k, slen),
-                                **{_cache_argument(self.model): cache}, use_cache=True)
+            result = self.model(
+                input_ids=suffix["input_ids"],
+                attention_mask=mask,
+                position_ids=positions.expand(3, k, slen),
+                **{_cache_argument(self.model): cache},
+                use_cache=True,
+            )
         probs = result.logits[torch.arange(k, device=self.device), last].float().softmax(-1)
         if not maps:
             return probs, None
@@ -235,8 +260,9 @@ class SoftTifaScorer:
                 cos, sin = kwargs.get("position_embeddings", args[1] if len(args) > 1 else None)
                 n = hidden.shape[0]
                 q = module.q_norm(module.q_proj(hidden[batch, query][:, None]).view(n, 1, -1, module.head_dim))
-                q, _ = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), cos[batch, query][:, None],
-                                            sin[batch, query][:, None])
+                q, _ = apply_rotary_pos_emb(
+                    q.transpose(1, 2), q.transpose(1, 2), cos[batch, query][:, None], sin[batch, query][:, None]
+                )
                 cache = kwargs.get("cache", kwargs.get("past_key_values"))
                 if cache is not None:  # the keys the layer attended to: cached prefix + this pass
                     k = _cached_keys(cache, module.layer_idx)
@@ -247,6 +273,7 @@ class SoftTifaScorer:
                 scores = torch.matmul(q, k.transpose(2, 3)).float() * module.scaling  # [B, H, 1, keys]
                 scores = scores.masked_fill(~key_mask[:, None, None, :].bool(), float("-inf"))
                 rows[index] = scores.softmax(-1)[:, :, 0].mean(1)  # [B, keys]
+
             return capture
 
         for i in self.band:
@@ -283,8 +310,10 @@ class SoftTifaScorer:
         if heatmaps and self.baseline_question:  # asked with the atoms, so each image's prefix runs once
             jobs += [(i, -1, self.baseline_question) for i in range(len(pil))]
         results = self._ask(pil, jobs, heatmaps)
-        scores = [torch.tensor([self._soft_score(results[(i, k)][0], atom) for k, atom in enumerate(g.atoms)])
-                  for i, g in enumerate(graphs)]
+        scores = [
+            torch.tensor([self._soft_score(results[(i, k)][0], atom) for k, atom in enumerate(g.atoms)])
+            for i, g in enumerate(graphs)
+        ]
         maps = None
         if heatmaps:
             baselines: list = [None] * len(pil)
@@ -307,13 +336,13 @@ class SoftTifaScorer:
                 mine = [j for j in jobs if j[0] == i]
                 prefix = self._prefix(pil[i])  # once per image, for all its questions
                 for start in range(0, len(mine), self.batch_size):
-                    chunk = mine[start:start + self.batch_size]
+                    chunk = mine[start : start + self.batch_size]
                     probs, rows = self._run_prefixed(pil[i], prefix, [q for _, _, q in chunk], maps)
                     for r, (_, key, _) in enumerate(chunk):
                         out[(i, key)] = (probs[r], rows[r] if maps else None)
             return out
         for start in range(0, len(jobs), self.batch_size):
-            chunk = jobs[start:start + self.batch_size]
+            chunk = jobs[start : start + self.batch_size]
             probs, rows = self._run([pil[i] for i, _, _ in chunk], [q for _, _, q in chunk], maps)
             for r, (i, key, _) in enumerate(chunk):
                 out[(i, key)] = (probs[r], rows[r] if maps else None)

@@ -62,8 +62,11 @@ from cast_rewards.noun_phrases import UnplacedWord, read_noun_phrase
 __all__ = ["TemplateDecomposer", "parse_prompt", "Token", "tokenize"]
 
 PREFIXES: tuple[tuple[str, ...], ...] = (
-    ("there", "is"), ("there", "are"),
-    ("a", "photo", "of"), ("a", "picture", "of"), ("an", "image", "of"),
+    ("there", "is"),
+    ("there", "are"),
+    ("a", "photo", "of"),
+    ("a", "picture", "of"),
+    ("an", "image", "of"),
 )
 SUFFIXES: tuple[tuple[str, ...], ...] = (("in", "the", "image"), ("in", "the", "picture"))
 
@@ -92,18 +95,20 @@ def tokenize(prompt: str) -> list[Token]:
         if kind == "space":
             continue
         if kind == "period":
-            if prompt[m.end():].strip():
+            if prompt[m.end() :].strip():
                 raise PromptParseError(
-                    prompt, m.start(), m.end(),
-                    "a period is only allowed at the end of the prompt; separate clauses with "
-                    "',' or 'and'",
+                    prompt,
+                    m.start(),
+                    m.end(),
+                    "a period is only allowed at the end of the prompt; separate clauses with ',' or 'and'",
                 )
             continue
         if kind == "other":
             raise PromptParseError(
-                prompt, m.start(), m.end(),
-                f"unexpected character {m.group()!r}; only words, commas and a final period "
-                f"are understood",
+                prompt,
+                m.start(),
+                m.end(),
+                f"unexpected character {m.group()!r}; only words, commas and a final period are understood",
             )
         tokens.append(Token(m.group().lower(), kind, m.start(), m.end()))
     return tokens
@@ -129,7 +134,7 @@ class _Parser:
         return PromptParseError(self.prompt, self.tokens[first].start, self.tokens[last].end, reason)
 
     def _text(self, first: int, last: int) -> str:
-        return self.prompt[self.tokens[first].start:self.tokens[last].end]
+        return self.prompt[self.tokens[first].start : self.tokens[last].end]
 
     def _is_word(self, i: int) -> bool:
         return self.tokens[i].kind == "word"
@@ -141,7 +146,7 @@ class _Parser:
         """The relation phrase starting at token ``i`` (not reaching into a stripped suffix)."""
         if i >= self.end or not self._is_word(i):
             return None
-        return self.lex.match_relation(self.words[:self.end], i)
+        return self.lex.match_relation(self.words[: self.end], i)
 
     def _is_open_word(self, i: int) -> bool:
         """A word that can belong to a noun phrase after its count word."""
@@ -163,7 +168,9 @@ class _Parser:
     def parse(self) -> tuple[list[NounPhrase], list[Relation]]:
         if not self.tokens:
             raise PromptParseError(
-                self.prompt, 0, len(self.prompt),
+                self.prompt,
+                0,
+                len(self.prompt),
                 "the prompt is empty; expected at least one noun phrase such as 'a red circle'",
             )
         self._strip_prefix_and_suffix()
@@ -185,12 +192,13 @@ class _Parser:
                 # A noun phrase stops early only at a count word: two phrases are run together.
                 start = self._phrase_starts[-1]
                 raise self._fail(
-                    start, self.pos,
+                    start,
+                    self.pos,
                     f"expected ',', 'and' or a relation phrase between "
                     f"{self._text(start, self.pos - 1)!r} and {self.words[self.pos]!r}",
                 )
             sep_first = self.pos
-            if self.words[self.pos] == "," and self.words[self.pos + 1:self.pos + 2] == ["and"]:
+            if self.words[self.pos] == "," and self.words[self.pos + 1 : self.pos + 2] == ["and"]:
                 self.pos += 1
             self.pos += 1
             after = (sep_first, self.pos - 1)
@@ -202,7 +210,7 @@ class _Parser:
                 self.pos = len(prefix)
                 break
         for suffix in SUFFIXES:
-            if self.end - len(suffix) > self.pos and tuple(self.words[-len(suffix):]) == suffix:
+            if self.end - len(suffix) > self.pos and tuple(self.words[-len(suffix) :]) == suffix:
                 self.end -= len(suffix)
                 break
 
@@ -232,15 +240,19 @@ class _Parser:
                 last = min(self.pos + (rel.length if rel else 1), self.end) - 1
                 found = self._describe(self.pos)
             raise self._fail(
-                first, last,
+                first,
+                last,
                 f"expected a noun after the count word {self.words[first]!r}, found {found}",
             )
         try:
-            read = read_noun_phrase(self.words[first + 1:self.pos], count, self.lex.attributes)
+            read = read_noun_phrase(self.words[first + 1 : self.pos], count, self.lex.attributes)
         except UnplacedWord as err:
             k = first + 1 + err.index
-            raise self._fail(k, k, f"cannot place {self.words[k]!r} in the noun phrase "
-                                   f"{cut(self._text(first, self.pos - 1))!r}: {err}") from None
+            raise self._fail(
+                k,
+                k,
+                f"cannot place {self.words[k]!r} in the noun phrase {cut(self._text(first, self.pos - 1))!r}: {err}",
+            ) from None
         self.phrases.append(NounPhrase(read.noun, count, read.attributes))
         self._phrase_starts.append(first)
         return len(self.phrases) - 1
@@ -259,33 +271,24 @@ class _Parser:
             rel = self._relation_at(i)
             last = i + rel.length - 1 if rel is not None else i
             if after is None:
-                where = (
-                    f"before the relation {rel.phrase!r}" if rel is not None
-                    else f"before {self.words[i]!r}"
-                )
+                where = f"before the relation {rel.phrase!r}" if rel is not None else f"before {self.words[i]!r}"
                 return self._fail(i, last, f"expected a noun phrase {where}")
             return self._fail(
-                after[0], last,
+                after[0],
+                last,
                 f"expected a noun phrase after {self._text(*after)!r}, found {self._describe(i)}",
             )
         run_end = self._open_run(i)
         hint = ""
         if self.words[i].isdigit():
             hint = "; write numbers as words"
-        reason = (
-            f"a noun phrase must start with a count word ({_COUNTS_HINT}), "
-            f"found {self._text(i, run_end)!r}{hint}"
-        )
+        reason = f"a noun phrase must start with a count word ({_COUNTS_HINT}), found {self._text(i, run_end)!r}{hint}"
         if after is None:
             return self._fail(i, run_end, f"expected a noun phrase: {reason}")
-        return self._fail(
-            after[0], run_end, f"expected a noun phrase after {self._text(*after)!r}: {reason}"
-        )
+        return self._fail(after[0], run_end, f"expected a noun phrase after {self._text(*after)!r}: {reason}")
 
 
-def parse_prompt(
-    prompt: str, lexicon: Lexicon | None = None
-) -> tuple[list[NounPhrase], list[Relation]]:
+def parse_prompt(prompt: str, lexicon: Lexicon | None = None) -> tuple[list[NounPhrase], list[Relation]]:
     """The noun phrases and relations of ``prompt``.
 
     Raises :class:`PromptParseError` for text outside the grammar, ``SceneGraphError`` for a
@@ -305,8 +308,13 @@ class TemplateDecomposer:
 
     name = "template"
 
-    def __init__(self, verbs: PhraseSpec = None, relations: PhraseSpec = None,
-                 attributes: Iterable[str] | None = None, distinct_nouns: bool = False) -> None:
+    def __init__(
+        self,
+        verbs: PhraseSpec = None,
+        relations: PhraseSpec = None,
+        attributes: Iterable[str] | None = None,
+        distinct_nouns: bool = False,
+    ) -> None:
         self.lexicon = Lexicon(verbs=verbs, relations=relations, attributes=attributes)
         self.distinct_nouns = bool(distinct_nouns)
 
@@ -322,7 +330,8 @@ class TemplateDecomposer:
             nouns = [p.noun for p in phrases]
             twice = next((n for n in nouns if nouns.count(n) > 1), None)
             if twice is not None:
-                raise SceneGraphError(f"prompt {cut(prompt)!r} names two objects {twice!r}: GenEval-style count and "
-                                      "attribute questions cannot tell them apart")
+                raise SceneGraphError(
+                    f"prompt {cut(prompt)!r} names two objects {twice!r}: GenEval-style count and "
+                    "attribute questions cannot tell them apart"
+                )
         return build_graph(prompt, phrases, relations)
-

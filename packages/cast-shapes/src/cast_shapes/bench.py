@@ -30,8 +30,12 @@ from typing import Callable
 #: config overrides on top of the `shapes` recipe: what each method changes, nothing else
 _CAST = {"projector": "spatial", "ratio_mode": "position"}
 METHODS: dict[str, dict] = {
-    "flow-grpo": {"projector": "scalar", "ratio_mode": "sample", "window": "random",
-                  "window_kwargs": {"size": 3, "lo": 0, "hi": 6}},  # Flow-GRPO-Fast's random window
+    "flow-grpo": {
+        "projector": "scalar",
+        "ratio_mode": "sample",
+        "window": "random",
+        "window_kwargs": {"size": 3, "lo": 0, "hi": 6},
+    },  # Flow-GRPO-Fast's random window
     "cast": dict(_CAST),
     # estimator only: Flow-GRPO's scalar advantage in CAST's window
     "flow-grpo-cast-window": {"projector": "scalar", "ratio_mode": "sample"},
@@ -53,8 +57,12 @@ METHODS: dict[str, dict] = {
 QUICK_METHODS = ("flow-grpo", "cast")
 FULL_METHODS = ("flow-grpo", "cast")
 #: the demo's configuration (cast_shapes.commands.DEMO_SETTINGS), chosen on heldout-hard
-FULL_SHARED = {"prompts": "cast_shapes.suites:train_hard_prompts", "window": "fixed",
-               "window_kwargs": {"start": 2, "size": 2}, "scorer_kwargs": {"count_maps": "surplus"}}
+FULL_SHARED = {
+    "prompts": "cast_shapes.suites:train_hard_prompts",
+    "window": "fixed",
+    "window_kwargs": {"start": 2, "size": 2},
+    "scorer_kwargs": {"count_maps": "surplus"},
+}
 
 
 @dataclass(frozen=True)
@@ -86,13 +94,41 @@ class BenchPlan:
         return d
 
 
-def plan(quick: bool, seeds: int | None = None, steps: int | None = None, methods: tuple[str, ...] | None = None,
-         settings: tuple[str, ...] = (), eval_seeds: tuple[int, ...] | None = None) -> BenchPlan:
+def plan(
+    quick: bool,
+    seeds: int | None = None,
+    steps: int | None = None,
+    methods: tuple[str, ...] | None = None,
+    settings: tuple[str, ...] = (),
+    eval_seeds: tuple[int, ...] | None = None,
+) -> BenchPlan:
     if quick:
-        return BenchPlan(methods or QUICK_METHODS, tuple(range(seeds or 3)), steps or 40, 2, 8, 2, "heldout-hard", 48,
-                         eval_seeds or (0, 1), {}, tuple(settings))
-    return BenchPlan(methods or FULL_METHODS, tuple(range(seeds or 3)), steps or 400, 4, 8, 2, "heldout-test", None,
-                     eval_seeds or tuple(range(10)), dict(FULL_SHARED), tuple(settings))
+        return BenchPlan(
+            methods or QUICK_METHODS,
+            tuple(range(seeds or 3)),
+            steps or 40,
+            2,
+            8,
+            2,
+            "heldout-hard",
+            48,
+            eval_seeds or (0, 1),
+            {},
+            tuple(settings),
+        )
+    return BenchPlan(
+        methods or FULL_METHODS,
+        tuple(range(seeds or 3)),
+        steps or 400,
+        4,
+        8,
+        2,
+        "heldout-test",
+        None,
+        eval_seeds or tuple(range(10)),
+        dict(FULL_SHARED),
+        tuple(settings),
+    )
 
 
 def overrides_for(method: str, seed: int, plan_: BenchPlan) -> dict:
@@ -106,8 +142,16 @@ def overrides_for(method: str, seed: int, plan_: BenchPlan) -> dict:
         out.pop("window_kwargs", None)  # a method's own selector does not inherit the shared one's arguments
     if "scorer" in method_keys and "scorer_kwargs" not in method_keys:
         out.pop("scorer_kwargs", None)  # nor its own scorer the shared scorer's (the oracle's count_maps)
-    out.update({"seed": seed, "prompts_per_step": plan_.prompts_per_step, "group_size": plan_.group_size,
-                "sample_every": 0, "checkpoint_every": max(1, min(50, plan_.steps // 2)), "keep_checkpoints": 2})
+    out.update(
+        {
+            "seed": seed,
+            "prompts_per_step": plan_.prompts_per_step,
+            "group_size": plan_.group_size,
+            "sample_every": 0,
+            "checkpoint_every": max(1, min(50, plan_.steps // 2)),
+            "keep_checkpoints": 2,
+        }
+    )
     return out
 
 
@@ -116,7 +160,9 @@ def _build_config(method: str, seed: int, plan_: BenchPlan):
 
     overrides = overrides_for(method, seed, plan_)
     sets = [*(f"{k}={toml_value(v)}" for k, v in overrides.items() if k != "projector"), *plan_.settings]
-    return build_config(recipe="shapes", components={"projector": overrides.get("projector")}, sets=sets, steps=plan_.steps)
+    return build_config(
+        recipe="shapes", components={"projector": overrides.get("projector")}, sets=sets, steps=plan_.steps
+    )
 
 
 def _eval_prompts(plan_: BenchPlan) -> list[str]:
@@ -136,8 +182,15 @@ def _evaluate_cached(path: Path, adapter: Path | None, plan_: BenchPlan, eval_se
     policy = get_policy("shapes", **(cfg.policy_kwargs or {}))
     if adapter is not None:
         policy.load_adapter(adapter)
-    result = evaluate(policy, _eval_prompts(plan_), get_atom_scorer("shapes-oracle"), get_atom_decomposer("template"),
-                      images_per_prompt=plan_.images_per_prompt, num_steps=cfg.num_steps, seed=eval_seed)
+    result = evaluate(
+        policy,
+        _eval_prompts(plan_),
+        get_atom_scorer("shapes-oracle"),
+        get_atom_decomposer("template"),
+        images_per_prompt=plan_.images_per_prompt,
+        num_steps=cfg.num_steps,
+        seed=eval_seed,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
@@ -157,14 +210,27 @@ def read_result(path: Path, plan_: BenchPlan) -> dict:
     result = json.loads(path.read_text())
     if "layout" in result:
         return result
-    rows = [{"seed": r["eval_seed"], "base": {"gm": r["base_gm"], "am": None, "by_skill": None},
-             "trained": {"gm": r["gm"], "am": r["am"], "by_skill": r["by_skill"]},
-             "gm_difference": r["gm_difference"], "skill_differences": r["skill_differences"]}
-            for r in result.pop("per_eval_seed")]
+    rows = [
+        {
+            "seed": r["eval_seed"],
+            "base": {"gm": r["base_gm"], "am": None, "by_skill": None},
+            "trained": {"gm": r["gm"], "am": r["am"], "by_skill": r["by_skill"]},
+            "gm_difference": r["gm_difference"],
+            "skill_differences": r["skill_differences"],
+        }
+        for r in result.pop("per_eval_seed")
+    ]
     meta = {"training_seed": result.pop("seed"), "training_images": result.pop("images"), **result}
-    return {"layout": LAYOUT, "seeds": [r["seed"] for r in rows], "prompts": rows[0]["gm_difference"]["prompts"],
-            "images_per_prompt": plan_.images_per_prompt, "per_seed": rows, "pooled": None,
-            "over_seeds": summarise_seeds(rows) if len(rows) > 1 else None, **meta}
+    return {
+        "layout": LAYOUT,
+        "seeds": [r["seed"] for r in rows],
+        "prompts": rows[0]["gm_difference"]["prompts"],
+        "images_per_prompt": plan_.images_per_prompt,
+        "per_seed": rows,
+        "pooled": None,
+        "over_seeds": summarise_seeds(rows) if len(rows) > 1 else None,
+        **meta,
+    }
 
 
 def machine() -> dict:
@@ -173,8 +239,11 @@ def machine() -> dict:
     record says which kernels it had."""
     import torch
 
-    return {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": torch.get_num_threads()}
+    return {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def _run_dir(root: Path, method: str, seed: int) -> Path:
@@ -204,14 +273,23 @@ def run_one(method: str, seed: int, plan_: BenchPlan, root: Path, log: Callable[
     Trainer(cfg, run, resume=run.exists(), log=quiet).run()
     ckpt = latest_checkpoint(run)
     if ckpt is None or step_of(ckpt) != plan_.steps:
-        raise RuntimeError(f"{run}: training stopped before step {plan_.steps} (latest checkpoint {ckpt}); run the bench again")
+        raise RuntimeError(
+            f"{run}: training stopped before step {plan_.steps} (latest checkpoint {ckpt}); run the bench again"
+        )
     train_s = time.time() - started
     base = [_evaluate_cached(root / "base" / f"eval-seed-{s}.json", None, plan_, s, cfg) for s in plan_.eval_seeds]
-    trained = [_evaluate_cached(run / "eval" / f"seed-{s}.json", ckpt / "adapter", plan_, s, cfg)
-               for s in plan_.eval_seeds]
-    result = {**compare_evaluations(plan_.eval_seeds, base, trained), "method": method, "training_seed": seed,
-              "training_images": plan_.images_per_run, "train_wall_s": train_s, "checkpoint": ckpt.name,
-              "machine": machine()}
+    trained = [
+        _evaluate_cached(run / "eval" / f"seed-{s}.json", ckpt / "adapter", plan_, s, cfg) for s in plan_.eval_seeds
+    ]
+    result = {
+        **compare_evaluations(plan_.eval_seeds, base, trained),
+        "method": method,
+        "training_seed": seed,
+        "training_images": plan_.images_per_run,
+        "train_wall_s": train_s,
+        "checkpoint": ckpt.name,
+        "machine": machine(),
+    }
     tmp = done.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2))
     tmp.replace(done)
@@ -229,8 +307,10 @@ def _check_plan(out: Path, plan_: BenchPlan) -> None:
         old = json.loads(path.read_text())
         changed = sorted(k for k in ident.keys() | old.keys() if ident.get(k) != old.get(k))
         if changed:
-            raise ConfigError(f"{out} holds a bench with another plan ({', '.join(changed)} differ): its numbers "
-                              "would mix with these. Use another --out, or the same options as before")
+            raise ConfigError(
+                f"{out} holds a bench with another plan ({', '.join(changed)} differ): its numbers "
+                "would mix with these. Use another --out, or the same options as before"
+            )
     else:
         out.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(ident, indent=2))
@@ -253,10 +333,15 @@ def run_bench(out: Path, plan_: BenchPlan, log: Callable[[str], None] = print) -
         results[method].append(run_one(method, seed, plan_, out, log))
         if not finished:
             fresh_s, fresh_n = fresh_s + time.time() - t0, fresh_n + 1
-    summary = {"plan": plan_.identity(), "methods": list(plan_.methods), "seeds": list(plan_.seeds),
-               "images_per_run": plan_.images_per_run, "eval_prompts": len(_eval_prompts(plan_)),
-               **summarise(results),
-               "train_wall_s": {m: [r["train_wall_s"] for r in rs] for m, rs in results.items()}}
+    summary = {
+        "plan": plan_.identity(),
+        "methods": list(plan_.methods),
+        "seeds": list(plan_.seeds),
+        "images_per_run": plan_.images_per_run,
+        "eval_prompts": len(_eval_prompts(plan_)),
+        **summarise(results),
+        "train_wall_s": {m: [r["train_wall_s"] for r in rs] for m, rs in results.items()},
+    }
     (out / "bench.json").write_text(json.dumps(summary, indent=2))
     plot_gains(out / "bench.png", summary)
     return summary
@@ -267,20 +352,28 @@ def format_table(summary: dict) -> str:
 
     p = summary["plan"]
     metrics = [k for k in METRICS_ORDER if any(k in g for g in summary["gains"].values())]
-    lines = [f"{p['eval_suite']} ({summary['eval_prompts']} prompts x {p['images_per_prompt']} images x "
-             f"{len(p['eval_seeds'])} evaluation seeds), {len(summary['seeds'])} training seeds, "
-             f"{summary['images_per_run']} sampled images per run; paired gain over the base ± s.e.",
-             f"{'method':28s} " + " ".join(f"{k:>16s}" for k in metrics)]
+    lines = [
+        f"{p['eval_suite']} ({summary['eval_prompts']} prompts x {p['images_per_prompt']} images x "
+        f"{len(p['eval_seeds'])} evaluation seeds), {len(summary['seeds'])} training seeds, "
+        f"{summary['images_per_run']} sampled images per run; paired gain over the base ± s.e.",
+        f"{'method':28s} " + " ".join(f"{k:>16s}" for k in metrics),
+    ]
     for m, g in summary["gains"].items():
-        lines.append(f"{m:28s} " + " ".join(f"{g[k]['gain']:+8.4f} ± {g[k]['se']:.4f}" if k in g else f"{'-':>16s}"
-                                            for k in metrics))
+        lines.append(
+            f"{m:28s} "
+            + " ".join(f"{g[k]['gain']:+8.4f} ± {g[k]['se']:.4f}" if k in g else f"{'-':>16s}" for k in metrics)
+        )
     r = summary["ratio"]
     for k, v in r["by_metric"].items():
         lines.append(f"gain ratio {r['numerator']}/{r['denominator']} on {k}: {ratio_text(v)}")
     others = {m: by for m, by in summary.get("ratios", {}).get("by_method", {}).items() if m != r["numerator"]}
     if others:
-        lines.append(f"gain ratio of every method to {r['denominator']} (95% bootstrap interval; undefined: "
-                     f"{r['denominator']} did not gain; n.d.: its gain is <= 0 in that share of the draws)")
-        lines += [f"{m:28s} " + " ".join(f"{ratio_cell(by[k]) if k in by else '-':>18s}" for k in metrics)
-                  for m, by in others.items()]
+        lines.append(
+            f"gain ratio of every method to {r['denominator']} (95% bootstrap interval; undefined: "
+            f"{r['denominator']} did not gain; n.d.: its gain is <= 0 in that share of the draws)"
+        )
+        lines += [
+            f"{m:28s} " + " ".join(f"{ratio_cell(by[k]) if k in by else '-':>18s}" for k in metrics)
+            for m, by in others.items()
+        ]
     return "\n".join(lines)

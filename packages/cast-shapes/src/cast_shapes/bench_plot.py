@@ -7,8 +7,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-COLOURS = [(200, 40, 40), (40, 90, 200), (40, 150, 60), (150, 60, 180), (220, 140, 20), (90, 90, 90),
-           (30, 160, 170), (170, 110, 60)]
+COLOURS = [
+    (200, 40, 40),
+    (40, 90, 200),
+    (40, 150, 60),
+    (150, 60, 180),
+    (220, 140, 20),
+    (90, 90, 90),
+    (30, 160, 170),
+    (170, 110, 60),
+]
 
 
 def nice_ticks(lo: float, hi: float, target: int = 4) -> list[float]:
@@ -32,7 +40,13 @@ def plot_gains(path: Path, summary: dict) -> None:
     W, H, pad, top = 120 + 110 * max(1, len(metrics)), 420, 60, 30 + 14 * len(methods)
     img = Image.new("RGB", (W, H), "white")
     d = ImageDraw.Draw(img)
-    vals = [v for g in gains.values() for k in metrics if k in g for v in (g[k]["gain"] - g[k]["se"], g[k]["gain"] + g[k]["se"])]
+    vals = [
+        v
+        for g in gains.values()
+        for k in metrics
+        if k in g
+        for v in (g[k]["gain"] - g[k]["se"], g[k]["gain"] + g[k]["se"])
+    ]
     lo, hi = min([0.0, *vals]), max([0.0, *vals])
     span = (hi - lo) or 0.01
     lo, hi = lo - 0.1 * span, hi + 0.1 * span
@@ -58,5 +72,7 @@ def plot_gains(path: Path, summary: dict) -> None:
     for i, m in enumerate(methods):
         d.rectangle([pad + 10, 8 + 14 * i, pad + 20, 18 + 14 * i], fill=COLOURS[i % len(COLOURS)])
         d.text((pad + 26, 7 + 14 * i), m, fill=(0, 0, 0))
-    d.text((pad + 10, H - 22), f"paired gain over the base on {summary['plan']['eval_suite']} (±1 s.e.)", fill=(0, 0, 0))
+    d.text(
+        (pad + 10, H - 22), f"paired gain over the base on {summary['plan']['eval_suite']} (±1 s.e.)", fill=(0, 0, 0)
+    )
     img.save(path)

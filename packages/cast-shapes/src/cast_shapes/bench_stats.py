@@ -52,8 +52,9 @@ def method_gain(runs: Sequence[dict], metric: str) -> dict | None:
     return {"gain": gain, "se": se, "se_over": over, "per_run": per_run}
 
 
-def gain_ratio(num: Sequence[dict], den: Sequence[dict], metric: str, draws: int = BOOTSTRAP_DRAWS,
-               seed: int = 0) -> dict | None:
+def gain_ratio(
+    num: Sequence[dict], den: Sequence[dict], metric: str, draws: int = BOOTSTRAP_DRAWS, seed: int = 0
+) -> dict | None:
     """The ratio of ``num``'s gain to ``den``'s on ``metric`` with its bootstrap interval:
     ``{"ratio", "ci", "den_not_positive_share", "defined"}``; ``ratio`` is None when the
     denominator's gain is not above zero, ``ci`` None when the interval is unbounded."""
@@ -81,26 +82,36 @@ def gain_ratio(num: Sequence[dict], den: Sequence[dict], metric: str, draws: int
     if share <= 0.025 and ratios:
         ratios.sort()
         ci = (ratios[int(0.025 * (len(ratios) - 1))], ratios[int(round(0.975 * (len(ratios) - 1)))])
-    return {"ratio": g_num / g_den if g_den > 0 else None, "ci": ci, "num_gain": g_num, "den_gain": g_den,
-            "den_not_positive_share": share, "draws": draws}
+    return {
+        "ratio": g_num / g_den if g_den > 0 else None,
+        "ci": ci,
+        "num_gain": g_num,
+        "den_gain": g_den,
+        "den_not_positive_share": share,
+        "draws": draws,
+    }
 
 
 def summarise(results: dict[str, list[dict]], numerator: str = "cast", denominator: str = "flow-grpo") -> dict:
     """Per method and metric its gain; per metric the ratio ``numerator``/``denominator``
     (``ratio``, the headline), and every other method's ratio to ``denominator`` (``ratios``):
     an ablation's ratio is what the headline would be with that ablation's judge."""
-    gains = {m: {k: g for k in METRICS_ORDER if (g := method_gain(runs, k)) is not None}
-             for m, runs in results.items()}
+    gains = {m: {k: g for k in METRICS_ORDER if (g := method_gain(runs, k)) is not None} for m, runs in results.items()}
     ratios = {}
     if denominator in results:
         for m in results:
-            by_metric = {k: r for k in METRICS_ORDER if m != denominator
-                         and (r := gain_ratio(results[m], results[denominator], k)) is not None}
+            by_metric = {
+                k: r
+                for k in METRICS_ORDER
+                if m != denominator and (r := gain_ratio(results[m], results[denominator], k)) is not None
+            }
             if by_metric:
                 ratios[m] = by_metric
-    return {"gains": gains, "ratio": {"numerator": numerator, "denominator": denominator,
-                                      "by_metric": ratios.get(numerator, {})},
-            "ratios": {"denominator": denominator, "by_method": ratios}}
+    return {
+        "gains": gains,
+        "ratio": {"numerator": numerator, "denominator": denominator, "by_metric": ratios.get(numerator, {})},
+        "ratios": {"denominator": denominator, "by_method": ratios},
+    }
 
 
 def ratio_text(r: dict) -> str:
@@ -108,8 +119,10 @@ def ratio_text(r: dict) -> str:
     if r["ratio"] is None:
         return f"undefined (flow-grpo {r['den_gain']:+.3f}, cast {r['num_gain']:+.3f})"
     if r["ci"] is None:
-        return (f"not determined (flow-grpo {r['den_gain']:+.3f}, ≤ 0 in "
-                f"{100 * r['den_not_positive_share']:.0f}% of draws; cast {r['num_gain']:+.3f})")
+        return (
+            f"not determined (flow-grpo {r['den_gain']:+.3f}, ≤ 0 in "
+            f"{100 * r['den_not_positive_share']:.0f}% of draws; cast {r['num_gain']:+.3f})"
+        )
     return f"{r['ratio']:.2f} [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
 
 

@@ -10,7 +10,6 @@ import json
 import os
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
@@ -48,5 +47,3 @@ def load_net(path: str | Path = DEFAULT_WEIGHTS) -> tuple[ShapesNet, dict[str, s
     net = ShapesNet(ShapesModelConfig.from_dict(json.loads(meta["config"])))
     net.load_state_dict(tensors)
     return net.eval(), meta
-
-

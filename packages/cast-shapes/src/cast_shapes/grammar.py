@@ -43,7 +43,7 @@ def plural(noun: str, count: int) -> str:
 
 
 def entity_phrase(e: ObjectSpec) -> str:
-    """"two red circles", "an orange square", "a triangle"."""
+    """ "two red circles", "an orange square", "a triangle"."""
     words = [e.colour, plural(e.shape, e.count)] if e.colour else [plural(e.shape, e.count)]
     number = NUMBER_WORDS[e.count]
     if number == "a" and words[0][0] in "aeiou":
@@ -57,9 +57,7 @@ def _connectors(scene: Scene) -> list[str]:
     conns = ["and"] * (n - 1)
     for r in scene.relations:
         if r.object_index != r.subject_index + 1 or not 0 <= r.subject_index < n - 1:
-            raise PromptError(
-                f"relation {r} cannot be worded: a prompt relates each entity to the one right after it"
-            )
+            raise PromptError(f"relation {r} cannot be worded: a prompt relates each entity to the one right after it")
         if conns[r.subject_index] != "and":
             raise PromptError(f"two relations between entities {r.subject_index} and {r.object_index}")
         conns[r.subject_index] = r.relation
@@ -71,7 +69,7 @@ def prompt_for(scene: Scene) -> str:
     conns = _connectors(scene)
     text = entity_phrase(scene.entities[0])
     for i, (conn, e) in enumerate(zip(conns, scene.entities[1:])):
-        later_and = "and" in conns[i + 1:]
+        later_and = "and" in conns[i + 1 :]
         sep = ", " if conn == "and" and later_and else f" {conn} "
         text += sep + entity_phrase(e)
     return text
@@ -98,7 +96,7 @@ def parse_prompt(text: str) -> Scene:
     pos = 0
 
     def where() -> str:
-        return " ".join(tokens[pos:pos + 3]) or "(end of prompt)"
+        return " ".join(tokens[pos : pos + 3]) or "(end of prompt)"
 
     def entity() -> ObjectSpec:
         nonlocal pos
@@ -126,12 +124,14 @@ def parse_prompt(text: str) -> Scene:
         else:
             for rel in RELATIONS:
                 words = rel.split()
-                if tokens[pos:pos + len(words)] == words:
+                if tokens[pos : pos + len(words)] == words:
                     relations.append(Relation(len(entities) - 1, rel, len(entities)))
                     pos += len(words)
                     break
             else:
-                raise PromptError(f"{text!r}: expected 'and', ',' or a relation ({', '.join(RELATIONS)}) at {where()!r}")
+                raise PromptError(
+                    f"{text!r}: expected 'and', ',' or a relation ({', '.join(RELATIONS)}) at {where()!r}"
+                )
         entities.append(entity())
     return Scene(tuple(entities), tuple(relations))
 
@@ -175,9 +175,13 @@ def scene_to_graph(scene: Scene, prompt: str | None = None) -> SceneGraph:
         verb = "Is" if s.count == 1 else "Are"
         atoms.append(
             Atom(
-                new_id(), "relation", f"e{r.subject_index + 1}",
+                new_id(),
+                "relation",
+                f"e{r.subject_index + 1}",
                 (object_atom[r.subject_index], object_atom[r.object_index]),
-                value=r.relation, other=f"e{r.object_index + 1}", skill="position",
+                value=r.relation,
+                other=f"e{r.object_index + 1}",
+                skill="position",
                 question=f"{verb} {_the(s)} {r.relation} {_the(o)}?",
             )
         )

@@ -73,8 +73,17 @@ def scene_examples(rng: random.Random, split: str = "train", atoms: int | None =
         results = evaluate(graph, detections, (IMAGE_SIZE, IMAGE_SIZE))
         pool = pools(graph, detections)
         for atom, result in zip(graph.atoms, results):
-            out.append(JudgeExample(image, prompt, atom.question, _answer(atom, result, pool.get(atom.entity)), atom.kind, own,
-                                    atom_mask(result, masks)))
+            out.append(
+                JudgeExample(
+                    image,
+                    prompt,
+                    atom.question,
+                    _answer(atom, result, pool.get(atom.entity)),
+                    atom.kind,
+                    own,
+                    atom_mask(result, masks),
+                )
+            )
     return out
 
 

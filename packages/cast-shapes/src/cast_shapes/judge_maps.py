@@ -30,7 +30,9 @@ import numpy as np
 def check(grid: int, blur: float, noise: float) -> None:
     """Raise ValueError for settings that mean nothing (the oracle turns it into a config error)."""
     if int(grid) != grid or grid < 0:
-        raise ValueError(f"judge_grid must be 0 (exact pixel maps) or a positive number of cells per side, got {grid!r}")
+        raise ValueError(
+            f"judge_grid must be 0 (exact pixel maps) or a positive number of cells per side, got {grid!r}"
+        )
     if not blur >= 0:
         raise ValueError(f"judge_blur must be >= 0 (a Gaussian std in cells), got {blur!r}")
     if not 0 <= noise < 1:

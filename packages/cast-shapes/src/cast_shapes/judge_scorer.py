@@ -19,7 +19,9 @@ def shapes_judge(**kwargs):
     from cast_core.registry import get_atom_scorer
 
     if not (JUDGE_DIR / "config.json").is_file():
-        raise ConfigError(f"shapes-judge: no trained shapes judge in {JUDGE_DIR}. Train one "
-                          "with `cast shapes train-judge --export DIR` and score with --scorer soft-tifa "
-                          "--set scorer_kwargs.path=DIR")
+        raise ConfigError(
+            f"shapes-judge: no trained shapes judge in {JUDGE_DIR}. Train one "
+            "with `cast shapes train-judge --export DIR` and score with --scorer soft-tifa "
+            "--set scorer_kwargs.path=DIR"
+        )
     return get_atom_scorer("soft-tifa", **{"path": str(JUDGE_DIR), "device": "cpu", "torch_dtype": "float32", **kwargs})

@@ -18,9 +18,19 @@ from cast_shapes.judge_data import SUFFIX, JudgeExample, heldout_examples, scene
 
 
 def chat_texts(processor, examples) -> list[str]:
-    return [processor.apply_chat_template([{"role": "user", "content": [{"type": "image", "image": None},
-                                                                        {"type": "text", "text": e.question + SUFFIX}]}],
-                                          add_generation_prompt=True, tokenize=False) for e in examples]
+    return [
+        processor.apply_chat_template(
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "image": None}, {"type": "text", "text": e.question + SUFFIX}],
+                }
+            ],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        for e in examples
+    ]
 
 
 def encode(processor, examples) -> dict:
@@ -53,7 +63,7 @@ def accuracy(model, processor, examples, batch: int = 128) -> dict[str, float]:
     model.eval()
     with torch.no_grad():
         for i in range(0, len(examples), batch):
-            part = examples[i:i + batch]
+            part = examples[i : i + batch]
             pred = model(**encode(processor, part), logits_to_keep=1).logits[:, -1].argmax(-1)
             for e, ok in zip(part, (pred == answer_ids(processor, part)).tolist()):
                 hits.setdefault(e.kind, []).append(ok)
@@ -71,8 +81,17 @@ def learning_rate(step: int, steps: int, lr: float, decay_from: int | None = Non
     return rate
 
 
-def train(workdir: str | Path, steps: int, *, batch: int = 64, lr: float = 1e-3, seed: int = 0, eval_every: int = 500,
-          decay_from: int | None = None, log: Callable[[str], None] = print) -> Path:
+def train(
+    workdir: str | Path,
+    steps: int,
+    *,
+    batch: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    eval_every: int = 500,
+    decay_from: int | None = None,
+    log: Callable[[str], None] = print,
+) -> Path:
     """Train until ``steps`` (resuming from ``workdir/state.pt``); returns the state path."""
     import torch
 
@@ -106,7 +125,10 @@ def train(workdir: str | Path, steps: int, *, batch: int = 64, lr: float = 1e-3,
         step += 1
         if step % 50 == 0 or step == steps:
             rate = (time.monotonic() - t0) / (step - first)
-            log(f"step {step}/{steps} loss {loss.item():.4f} ({rate:.2f} s/step, {(steps - step) * rate / 60:.0f} min left)")
+            log(
+                f"step {step}/{steps} loss {loss.item():.4f} "
+                f"({rate:.2f} s/step, {(steps - step) * rate / 60:.0f} min left)"
+            )
         if step % eval_every == 0 or step == steps:
             acc = accuracy(model, processor, test)
             log(f"step {step}: held-out accuracy " + "  ".join(f"{k} {v:.3f}" for k, v in acc.items()))

@@ -43,8 +43,10 @@ class ShapesOracleScorer:
         from cast_core.config import ConfigError  # a CastError: the CLI prints one line, no traceback
 
         if count_maps not in COUNT_MAPS:
-            raise ConfigError(f"shapes-oracle: count_maps must be one of {COUNT_MAPS}, got {count_maps!r} "
-                             "(set it with scorer_kwargs={count_maps=\"surplus\"})")
+            raise ConfigError(
+                f"shapes-oracle: count_maps must be one of {COUNT_MAPS}, got {count_maps!r} "
+                '(set it with scorer_kwargs={count_maps="surplus"})'
+            )
         try:
             judge_maps.check(judge_grid, judge_blur, judge_noise)
         except (TypeError, ValueError) as err:

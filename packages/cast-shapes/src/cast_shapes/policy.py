@@ -31,8 +31,16 @@ ADAPTER_CONFIG = "adapter_config.json"
 
 
 class ShapesPolicy:
-    def __init__(self, weights: str | Path | None = None, *, guidance: float = 2.0, lora_rank: int = 8,
-                 lora_alpha: float | None = None, device: str = "cpu", torch_dtype: str | torch.dtype = torch.float32):
+    def __init__(
+        self,
+        weights: str | Path | None = None,
+        *,
+        guidance: float = 2.0,
+        lora_rank: int = 8,
+        lora_alpha: float | None = None,
+        device: str = "cpu",
+        torch_dtype: str | torch.dtype = torch.float32,
+    ):
         from peft import LoraConfig
 
         self.weights = Path(weights) if weights else DEFAULT_WEIGHTS
@@ -139,7 +147,9 @@ class ShapesPolicy:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         state = get_peft_model_state_dict(self.net.transformer)
-        save_file({f"transformer.{k}": v.detach().contiguous().cpu() for k, v in state.items()}, str(directory / ADAPTER_FILE))
+        save_file(
+            {f"transformer.{k}": v.detach().contiguous().cpu() for k, v in state.items()}, str(directory / ADAPTER_FILE)
+        )
         (directory / ADAPTER_CONFIG).write_text(json.dumps({**self.lora, "base": self.identity}, indent=2))
 
     def load_adapter(self, directory: str | Path) -> None:
@@ -154,8 +164,10 @@ class ShapesPolicy:
         found = {k: tuple(v.shape) for k, v in state.items()}
         if found != expected:
             bad = sorted(set(found.items()) ^ set(expected.items()))
-            raise ValueError(f"{path} does not match this policy's LoRA (rank/targets differ): "
-                             f"{len(bad)} mismatched tensors, e.g. {bad[0][0]}")
+            raise ValueError(
+                f"{path} does not match this policy's LoRA (rank/targets differ): "
+                f"{len(bad)} mismatched tensors, e.g. {bad[0][0]}"
+            )
         result = set_peft_model_state_dict(self.net.transformer, state)
         if getattr(result, "unexpected_keys", None):
             raise ValueError(f"{path}: unexpected LoRA tensors {result.unexpected_keys[:3]}")

@@ -20,7 +20,6 @@ tries first). Defaults leave stage 1's data stream and schedule untouched, so it
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import shutil
@@ -77,7 +76,12 @@ def make_batch(rng: random.Random, batch: int, small_scene_share: float = 0.0) -
 
 
 class Pretrainer:
-    def __init__(self, workdir: str | Path, cfg: PretrainConfig = PretrainConfig(), model_cfg: ShapesModelConfig = ShapesModelConfig()):
+    def __init__(
+        self,
+        workdir: str | Path,
+        cfg: PretrainConfig = PretrainConfig(),
+        model_cfg: ShapesModelConfig = ShapesModelConfig(),
+    ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.cfg, self.model_cfg = cfg, model_cfg
@@ -103,7 +107,9 @@ class Pretrainer:
 
         net, _ = load_net(path)
         if net.cfg.to_dict() != model_cfg.to_dict():
-            raise SystemExit(f"{path}: its model config differs from this run's; refine only weights of the same architecture")
+            raise SystemExit(
+                f"{path}: its model config differs from this run's; refine only weights of the same architecture"
+            )
         return net.state_dict()
 
     # -- state ------------------------------------------------------------------------------
@@ -117,9 +123,13 @@ class Pretrainer:
             return
         meta = json.loads((src / "trainer.json").read_text())
         ignored = {"steps", "eval_every", "log_every"}  # cadence and length may change between sessions
-        if {k: v for k, v in meta["config"].items() if k not in ignored} != {k: v for k, v in asdict(self.cfg).items() if k not in ignored}:
+        if {k: v for k, v in meta["config"].items() if k not in ignored} != {
+            k: v for k, v in asdict(self.cfg).items() if k not in ignored
+        }:
             changed = {k for k in meta["config"] if meta["config"][k] != asdict(self.cfg).get(k)} - ignored
-            raise SystemExit(f"{src}: saved with different settings ({', '.join(sorted(changed))}); use another --workdir")
+            raise SystemExit(
+                f"{src}: saved with different settings ({', '.join(sorted(changed))}); use another --workdir"
+            )
         self.net.load_state_dict(load_file(str(src / "net.safetensors")))
         self.ema.load_state_dict(load_file(str(src / "ema.safetensors")))
         extra = torch.load(src / "optim.pt", weights_only=True)
@@ -137,8 +147,13 @@ class Pretrainer:
         save_file({k: v.contiguous() for k, v in self.net.state_dict().items()}, str(tmp / "net.safetensors"))
         save_file({k: v.contiguous() for k, v in self.ema.state_dict().items()}, str(tmp / "ema.safetensors"))
         torch.save({"optimizer": self.opt.state_dict(), "torch_rng": self.gen.get_state()}, tmp / "optim.pt")
-        meta = {"step": self.step, "config": asdict(self.cfg), "model": self.model_cfg.to_dict(),
-                "python_rng": self.rng.getstate(), "elapsed_s": self.elapsed()}
+        meta = {
+            "step": self.step,
+            "config": asdict(self.cfg),
+            "model": self.model_cfg.to_dict(),
+            "python_rng": self.rng.getstate(),
+            "elapsed_s": self.elapsed(),
+        }
         (tmp / "trainer.json").write_text(json.dumps(meta))
         old = self.workdir / "state.old"
         shutil.rmtree(old, ignore_errors=True)
@@ -185,8 +200,14 @@ class Pretrainer:
     def evaluate(self) -> dict:
         from cast_shapes.evaluation import evaluate_net
 
-        return evaluate_net(self.ema, images_per_prompt=self.cfg.eval_images, num_steps=self.cfg.eval_steps,
-                            guidance=self.cfg.guidance, suites=("single", "heldout-hard"), limit=24)
+        return evaluate_net(
+            self.ema,
+            images_per_prompt=self.cfg.eval_images,
+            num_steps=self.cfg.eval_steps,
+            guidance=self.cfg.guidance,
+            suites=("single", "heldout-hard"),
+            limit=24,
+        )
 
     def run(self, log=print) -> None:
         cfg = self.cfg
@@ -198,12 +219,20 @@ class Pretrainer:
                 if self.step % cfg.log_every == 0:
                     rate = (self.step - s_last) / max(time.time() - t_last, 1e-9)
                     t_last, s_last = time.time(), self.step
-                    rec = {"step": self.step, "loss": sum(losses) / len(losses), "lr": self.lr_at(self.step),
-                           "steps_per_s": rate, "elapsed_s": self.elapsed()}
+                    rec = {
+                        "step": self.step,
+                        "loss": sum(losses) / len(losses),
+                        "lr": self.lr_at(self.step),
+                        "steps_per_s": rate,
+                        "elapsed_s": self.elapsed(),
+                    }
                     losses.clear()
                     logf.write(json.dumps(rec) + "\n")
                     logf.flush()
-                    log(f"step {self.step}/{cfg.steps} loss {rec['loss']:.4f} {rate:.2f} it/s elapsed {rec['elapsed_s'] / 60:.1f} min")
+                    log(
+                        f"step {self.step}/{cfg.steps} loss {rec['loss']:.4f} {rate:.2f} it/s "
+                        f"elapsed {rec['elapsed_s'] / 60:.1f} min"
+                    )
                 if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
                     self.save()
                 if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
@@ -211,7 +240,10 @@ class Pretrainer:
                     ev["step"] = self.step
                     with open(self.workdir / "eval.jsonl", "a") as f:
                         f.write(json.dumps(ev) + "\n")
-                    log(f"eval step {self.step}: " + ", ".join(f"{k} {v:.3f}" for k, v in ev.items() if isinstance(v, float)))
+                    log(
+                        f"eval step {self.step}: "
+                        + ", ".join(f"{k} {v:.3f}" for k, v in ev.items() if isinstance(v, float))
+                    )
 
     def export(self, path: str | Path) -> None:
         extra = {}
@@ -219,8 +251,17 @@ class Pretrainer:
             import hashlib
 
             extra["init_weights_sha256"] = hashlib.sha256(Path(self.cfg.init_weights).read_bytes()).hexdigest()
-        save_net(self.ema, path, extra | {"pretrain_steps": self.step, "pretrain_seed": self.cfg.seed,
-                                  "pretrain_wall_s": round(self.elapsed()), "pretrain_config": json.dumps({**asdict(self.cfg), "steps": self.step})})
+        save_net(
+            self.ema,
+            path,
+            extra
+            | {
+                "pretrain_steps": self.step,
+                "pretrain_seed": self.cfg.seed,
+                "pretrain_wall_s": round(self.elapsed()),
+                "pretrain_config": json.dumps({**asdict(self.cfg), "steps": self.step}),
+            },
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -245,10 +286,19 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--small-scene-share {a.small_scene_share}: must lie in [0, 1]")
     if a.init_weights and not Path(a.init_weights).is_file():
         p.error(f"--init-weights {a.init_weights}: no such file")
-    trainer = Pretrainer(a.workdir, PretrainConfig(
-        steps=a.steps, eval_every=a.eval_every, log_every=a.log_every, lr=a.lr, seed=a.seed,
-        init_weights=str(Path(a.init_weights).resolve()) if a.init_weights else "",
-        decay_steps=a.decay_steps, small_scene_share=a.small_scene_share))
+    trainer = Pretrainer(
+        a.workdir,
+        PretrainConfig(
+            steps=a.steps,
+            eval_every=a.eval_every,
+            log_every=a.log_every,
+            lr=a.lr,
+            seed=a.seed,
+            init_weights=str(Path(a.init_weights).resolve()) if a.init_weights else "",
+            decay_steps=a.decay_steps,
+            small_scene_share=a.small_scene_share,
+        ),
+    )
     print(f"workdir {a.workdir}: starting at step {trainer.step}", file=sys.stderr)
     trainer.run()
     if a.export:

@@ -16,7 +16,14 @@ def encode(net: ShapesNet, prompts: list[str]) -> torch.Tensor:
     return net.text(tok(list(prompts)).to(net.img_ids.device))
 
 
-def guided_velocity(net: ShapesNet, x: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, uncond: torch.Tensor | None, guidance: float) -> torch.Tensor:
+def guided_velocity(
+    net: ShapesNet,
+    x: torch.Tensor,
+    sigma: torch.Tensor,
+    cond: torch.Tensor,
+    uncond: torch.Tensor | None,
+    guidance: float,
+) -> torch.Tensor:
     """``v_u + g·(v_c − v_u)`` in one batched forward; ``g = 1`` (or no uncond) is the plain velocity."""
     if uncond is None or guidance == 1.0:
         return net(x, sigma, cond)
@@ -27,7 +34,9 @@ def guided_velocity(net: ShapesNet, x: torch.Tensor, sigma: torch.Tensor, cond: 
 
 
 @torch.no_grad()
-def ode_sample(net: ShapesNet, prompts: list[str], *, num_steps: int = 20, guidance: float = 2.0, seed: int = 0) -> torch.Tensor:
+def ode_sample(
+    net: ShapesNet, prompts: list[str], *, num_steps: int = 20, guidance: float = 2.0, seed: int = 0
+) -> torch.Tensor:
     """Images ``[B, 3, H, W]`` for ``prompts``, Euler steps on ``linspace(1, 0, num_steps+1)``."""
     cfg = net.cfg
     gen = torch.Generator().manual_seed(seed)

@@ -60,10 +60,19 @@ RELATION_SOFTNESS = 0.03
 """Width of the relation sigmoid, as a fraction of the image side (about 1 px at 32 px)."""
 
 RELATION_SYNONYMS: dict[str, str] = {
-    "left of": "left of", "to the left of": "left of", "on the left of": "left of",
-    "right of": "right of", "to the right of": "right of", "on the right of": "right of",
-    "above": "above", "over": "above", "on top of": "above",
-    "below": "below", "under": "below", "beneath": "below", "underneath": "below",
+    "left of": "left of",
+    "to the left of": "left of",
+    "on the left of": "left of",
+    "right of": "right of",
+    "to the right of": "right of",
+    "on the right of": "right of",
+    "above": "above",
+    "over": "above",
+    "on top of": "above",
+    "below": "below",
+    "under": "below",
+    "beneath": "below",
+    "underneath": "below",
 }
 """Relation phrases the world can judge -> the canonical one; anything else scores 0."""
 
@@ -143,7 +152,9 @@ COUNT_MAPS = ("all", "surplus")
 
 
 def evaluate(
-    graph: SceneGraph, detections: Sequence[Detection], image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
+    graph: SceneGraph,
+    detections: Sequence[Detection],
+    image_size: tuple[int, int] = (IMAGE_SIZE, IMAGE_SIZE),
     count_maps: str = "all",
 ) -> list[AtomResult]:
     """Score every atom of ``graph`` against ``detections`` (aligned with ``graph.atoms``).
@@ -177,8 +188,10 @@ def evaluate(
             # to point — the drawn objects are right, and blaming them teaches under-drawing
             about = flat if len(members) >= target else None
             if count_maps == "surplus" and len(members) > target:
-                by_evidence = sorted(members, key=lambda i: (detections[i].shape_evidence.get(nouns[a.entity], 0.0), -i))
-                about = tuple(sorted(by_evidence[:len(members) - target]))
+                by_evidence = sorted(
+                    members, key=lambda i: (detections[i].shape_evidence.get(nouns[a.entity], 0.0), -i)
+                )
+                about = tuple(sorted(by_evidence[: len(members) - target]))
             out.append(AtomResult(math.exp(-abs(len(members) - target)), about))
         elif a.kind == "attribute":
             colour = a.value.strip().lower() if isinstance(a.value, str) else None
@@ -188,7 +201,7 @@ def evaluate(
             n = len(members)
             frac = sum(detections[i].colour == colour for i in members) / n
             gamma = 1.0 if n == 1 else math.log(0.5) / math.log(1 - 1 / (2 * n))
-            out.append(AtomResult(frac ** gamma, flat))
+            out.append(AtomResult(frac**gamma, flat))
         elif a.kind == "relation":
             relation = RELATION_SYNONYMS.get(str(a.value).strip().lower())
             others = pool.get(a.other or "")
@@ -198,8 +211,10 @@ def evaluate(
             s = _centre(detections, members)
             o = _centre(detections, others)
             offset = {
-                "left of": (o[0] - s[0]) / w, "right of": (s[0] - o[0]) / w,
-                "above": (o[1] - s[1]) / h, "below": (s[1] - o[1]) / h,
+                "left of": (o[0] - s[0]) / w,
+                "right of": (s[0] - o[0]) / w,
+                "above": (o[1] - s[1]) / h,
+                "below": (s[1] - o[1]) / h,
             }[relation]
             score = _sigmoid((offset - RELATION_MARGIN) / RELATION_SOFTNESS)
             out.append(AtomResult(score, tuple(sorted(set(members) | set(others)))))
@@ -218,9 +233,7 @@ def _sigmoid(x: float) -> float:
 
 def detections_from_layout(layout: Sequence[Placed]) -> list[Detection]:
     """The exact objects of a layout as detections (evidence 1 for the true shape, 0 else)."""
-    return [
-        Detection(p.shape, p.colour, p.cx, p.cy, {s: float(s == p.shape) for s in SHAPES}) for p in layout
-    ]
+    return [Detection(p.shape, p.colour, p.cx, p.cy, {s: float(s == p.shape) for s in SHAPES}) for p in layout]
 
 
 def ground_truth(

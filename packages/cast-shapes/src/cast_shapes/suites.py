@@ -50,7 +50,12 @@ HELDOUT_PER_ATOMS = 24
 HARD_MIN_ATOMS = 5
 TEST_PER_ATOMS = 48
 SUITE_NAMES: tuple[str, ...] = (
-    "single", *(f"atoms-{k}" for k in range(2, 9)), "train", "train-hard", "heldout", "heldout-hard",
+    "single",
+    *(f"atoms-{k}" for k in range(2, 9)),
+    "train",
+    "train-hard",
+    "heldout",
+    "heldout-hard",
     "heldout-test",
 )
 
@@ -92,7 +97,9 @@ def is_heldout(prompt: str) -> bool:
     return scene_split(scene) == "heldout"
 
 
-def sample_scene_in_split(rng: random.Random, split: str = "train", atoms: int | None = None, max_tries: int = 10_000) -> Scene:
+def sample_scene_in_split(
+    rng: random.Random, split: str = "train", atoms: int | None = None, max_tries: int = 10_000
+) -> Scene:
     """A random scene (as :func:`cast_shapes.grammar.sample_scene`) from one split only."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLITS)}")

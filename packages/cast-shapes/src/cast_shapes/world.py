@@ -280,7 +280,9 @@ def _assign(scene: Scene, boxes, entity_of, rng: random.Random, image_size: int,
                 ]
                 placed = [Placed("", "", x0 + s / 2, y0 + s / 2, s, ei) for (x0, y0, s), ei in zip(cand, entity_of)]
                 if all(
-                    relation_offset(r.relation, group_centre(placed, r.subject_index), group_centre(placed, r.object_index))
+                    relation_offset(
+                        r.relation, group_centre(placed, r.subject_index), group_centre(placed, r.object_index)
+                    )
                     >= RELATION_MIN_OFFSET
                     for r in scene.relations
                 ):

@@ -76,11 +76,20 @@ class SlidingWindow:
 
     MODES = ("wrap", "stop")
 
-    def __init__(self, size: int = 4, start: int = 0, stride: int = 1, every: int = 25,
-                 end: int | None = None, mode: str = "wrap"):
+    def __init__(
+        self,
+        size: int = 4,
+        start: int = 0,
+        stride: int = 1,
+        every: int = 25,
+        end: int | None = None,
+        mode: str = "wrap",
+    ):
         if size < 1 or start < 0 or stride < 1 or every < 1:
-            raise ValueError(f"sliding window needs size, stride, every >= 1 and start >= 0; got size={size}, "
-                             f"start={start}, stride={stride}, every={every}")
+            raise ValueError(
+                f"sliding window needs size, stride, every >= 1 and start >= 0; got size={size}, "
+                f"start={start}, stride={stride}, every={every}"
+            )
         if mode not in self.MODES:
             raise ValueError(f"sliding window mode must be one of {', '.join(self.MODES)}, got {mode!r}")
         self.size, self.start, self.stride, self.every = int(size), int(start), int(stride), int(every)
@@ -94,9 +103,14 @@ class SlidingWindow:
         index = moves % positions if self.mode == "wrap" else min(moves, positions - 1)
         return self.start + index * self.stride
 
-    def select_for_step(self, policy: Any, prompts: Sequence[str], num_steps: int, *, step: int, seed: int = 0) -> Window:
-        return Window(self.start_at(step, num_steps), self.size,
-                      diagnostics={"selector": "sliding", "step": step, "mode": self.mode}).check_fits(num_steps)
+    def select_for_step(
+        self, policy: Any, prompts: Sequence[str], num_steps: int, *, step: int, seed: int = 0
+    ) -> Window:
+        return Window(
+            self.start_at(step, num_steps),
+            self.size,
+            diagnostics={"selector": "sliding", "step": step, "mode": self.mode},
+        ).check_fits(num_steps)
 
     def select(self, policy: Any, prompts: Sequence[str], num_steps: int) -> Window:
         return self.select_for_step(policy, prompts, num_steps, step=0)

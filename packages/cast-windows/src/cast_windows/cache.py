@@ -55,7 +55,11 @@ def policy_identity(policy: Any) -> str:
     config = getattr(policy, "config", None)
     if config is not None:
         parts.append(f"config={config!r}")
-    attrs = {k: v for k, v in sorted(vars(policy).items()) if not k.startswith("_") and _simple(v)} if hasattr(policy, "__dict__") else {}
+    attrs = (
+        {k: v for k, v in sorted(vars(policy).items()) if not k.startswith("_") and _simple(v)}
+        if hasattr(policy, "__dict__")
+        else {}
+    )
     if attrs:
         parts.append(json.dumps(attrs, sort_keys=True, default=str))
     return " ".join(parts)

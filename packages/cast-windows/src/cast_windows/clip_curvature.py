@@ -24,7 +24,15 @@ from typing import Any, Sequence
 
 from cast_core.protocols import Calibrated
 from cast_core.types import Window
-from cast_windows.cache import cache_key, cache_path, default_cache_dir, embedder_identity, policy_identity, read_cache, write_cache
+from cast_windows.cache import (
+    cache_key,
+    cache_path,
+    default_cache_dir,
+    embedder_identity,
+    policy_identity,
+    read_cache,
+    write_cache,
+)
 from cast_windows.curve import SimilarityCurve, measure_curve
 from cast_windows.knee import Knee, find_knee
 
@@ -95,8 +103,13 @@ class ClipCurvatureSelector:
         self.num_prompts = int(num_prompts)
         self.seeds = [int(s) for s in seeds]
         self.window_size = window_size
-        self.knee_options = {"method": method, "smooth": smooth, "min_rise": min_rise, "min_bend": min_bend,
-                             "level": level}
+        self.knee_options = {
+            "method": method,
+            "smooth": smooth,
+            "min_rise": min_rise,
+            "min_bend": min_bend,
+            "level": level,
+        }
         self.image_size = tuple(image_size) if image_size is not None else None
         self.batch_size = int(batch_size)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -137,7 +150,9 @@ class ClipCurvatureSelector:
             source = resolve_prompts(source)
         unique = list(dict.fromkeys(str(p) for p in source))
         if not unique:
-            raise ValueError("clip-curvature has no calibration prompts: pass calibration_prompts=, or prompts to select()")
+            raise ValueError(
+                "clip-curvature has no calibration prompts: pass calibration_prompts=, or prompts to select()"
+            )
         return spread(unique, self.num_prompts)
 
     def resolution(self, policy: Any) -> tuple[int, int]:
@@ -147,14 +162,28 @@ class ClipCurvatureSelector:
         """The similarity curve (from the cache when possible) and what it was keyed by, plus
         ``cached`` / ``cache_file``."""
         calib = self.prompts_for(policy, prompts)
-        key = cache_key(policy=policy_identity(policy), num_steps=int(num_steps), image_size=list(self.resolution(policy)),
-                        embedder=self.embedder_name(), prompts=calib, seeds=self.seeds, batch_size=self.batch_size)
+        key = cache_key(
+            policy=policy_identity(policy),
+            num_steps=int(num_steps),
+            image_size=list(self.resolution(policy)),
+            embedder=self.embedder_name(),
+            prompts=calib,
+            seeds=self.seeds,
+            batch_size=self.batch_size,
+        )
         path = cache_path(self.cache_dir, key) if self.use_cache else None
         stored = read_cache(path, key) if path is not None else None
         if stored is not None:
             return SimilarityCurve.from_dict(stored), {**key, "cached": True, "cache_file": str(path)}
-        curve = measure_curve(policy, calib, self.embedder, num_steps=num_steps, seeds=self.seeds,
-                              image_size=self.image_size, batch_size=self.batch_size)
+        curve = measure_curve(
+            policy,
+            calib,
+            self.embedder,
+            num_steps=num_steps,
+            seeds=self.seeds,
+            image_size=self.image_size,
+            batch_size=self.batch_size,
+        )
         if path is not None:
             write_cache(path, key, curve.to_dict())
         return curve, {**key, "cached": False, "cache_file": str(path) if path is not None else None}

@@ -85,32 +85,104 @@ def _seeds(text: str) -> list[int]:
 @click.command("window")
 @click.option("--policy", required=True, help="Policy component (e.g. fake, shapes, flux2).")
 @click.option("--policy-opt", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the policy (repeatable).")
-@click.option("--embedder", help="Embedder component (pixels, clip, shapes-scene, ...). Default: the policy's "
-              "own choice (its window_defaults), else pixels.")
-@click.option("--embedder-opt", multiple=True, metavar="KEY=VALUE", help="Keyword argument for the embedder, e.g. pretrained=/path/to/clip.bin (repeatable).")
+@click.option(
+    "--embedder",
+    help="Embedder component (pixels, clip, shapes-scene, ...). Default: the policy's "
+    "own choice (its window_defaults), else pixels.",
+)
+@click.option(
+    "--embedder-opt",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Keyword argument for the embedder, e.g. pretrained=/path/to/clip.bin (repeatable).",
+)
 @click.option("--prompts", "prompt_file", type=click.Path(dir_okay=False), help="Calibration prompts, one a line.")
-@click.option("--suite", help="Calibration suite: a registered prompt suite (e.g. the shapes world's) or module:callable.")
-@click.option("--steps", default=10, show_default=True, type=click.IntRange(1, 1000), help="Denoising steps of the schedule.")
-@click.option("--num-prompts", default=8, show_default=True, type=click.IntRange(1, 100000), help="Calibration prompts used (N spread over the list).")
+@click.option(
+    "--suite", help="Calibration suite: a registered prompt suite (e.g. the shapes world's) or module:callable."
+)
+@click.option(
+    "--steps", default=10, show_default=True, type=click.IntRange(1, 1000), help="Denoising steps of the schedule."
+)
+@click.option(
+    "--num-prompts",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 100000),
+    help="Calibration prompts used (N spread over the list).",
+)
 @click.option("--seeds", default="0,1", show_default=True, help="Noise seeds per prompt, comma-separated.")
-@click.option("--window-size", type=click.IntRange(1, 1000), help="Window length ending at the knee (default: steps 0..knee).")
-@click.option("--method", type=click.Choice(KNEE_METHODS), help="Formation-point rule (cast_windows.knee). Default: "
-              "the policy's window_defaults, else kneedle.")
-@click.option("--level", type=click.FloatRange(0, 1, min_open=True), help="For --method settle: the normalised "
-              "similarity the curve must stay above (default: the policy's window_defaults, else 0.9).")
-@click.option("--batch-size", default=8, show_default=True, type=click.IntRange(1, 4096), help="Images sampled at once.")
+@click.option(
+    "--window-size", type=click.IntRange(1, 1000), help="Window length ending at the knee (default: steps 0..knee)."
+)
+@click.option(
+    "--method",
+    type=click.Choice(KNEE_METHODS),
+    help="Formation-point rule (cast_windows.knee). Default: the policy's window_defaults, else kneedle.",
+)
+@click.option(
+    "--level",
+    type=click.FloatRange(0, 1, min_open=True),
+    help="For --method settle: the normalised "
+    "similarity the curve must stay above (default: the policy's window_defaults, else 0.9).",
+)
+@click.option(
+    "--batch-size", default=8, show_default=True, type=click.IntRange(1, 4096), help="Images sampled at once."
+)
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Curve cache (default ~/.cache/cast/windows).")
 @click.option("--no-cache", is_flag=True, help="Measure again; neither read nor write the cache.")
-@click.option("--truth-scorer", help="Also measure the ground-truth formation step with this atom scorer (e.g. shapes-oracle).")
+@click.option(
+    "--truth-scorer", help="Also measure the ground-truth formation step with this atom scorer (e.g. shapes-oracle)."
+)
 @click.option("--truth-decomposer", default="template", show_default=True, help="Decomposer for --truth-scorer.")
-@click.option("--truth-threshold", default=0.9, show_default=True, type=click.FloatRange(0, 1), help="Settled fraction for the ground truth.")
-@click.option("--commitment", is_flag=True, help="With --truth-scorer: also measure the causal commitment step (SDE noise from step t on no longer changes the verdicts).")
-@click.option("--eta", default=0.7, show_default=True, type=click.FloatRange(0, None), help="SDE noise level for --commitment.")
-@click.option("--out", "-o", default=".", show_default=True, type=click.Path(file_okay=False), help="Directory for window.json and window.png.")
+@click.option(
+    "--truth-threshold",
+    default=0.9,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Settled fraction for the ground truth.",
+)
+@click.option(
+    "--commitment",
+    is_flag=True,
+    help="With --truth-scorer: also measure the causal commitment step "
+    "(SDE noise from step t on no longer changes the verdicts).",
+)
+@click.option(
+    "--eta", default=0.7, show_default=True, type=click.FloatRange(0, None), help="SDE noise level for --commitment."
+)
+@click.option(
+    "--out",
+    "-o",
+    default=".",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory for window.json and window.png.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print window.json to stdout instead of a summary.")
-def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suite, steps, num_prompts, seeds,
-                   window_size, method, level, batch_size, cache_dir, no_cache, truth_scorer, truth_decomposer,
-                   truth_threshold, commitment, eta, out, as_json):
+def window_command(
+    policy,
+    policy_opt,
+    embedder,
+    embedder_opt,
+    prompt_file,
+    suite,
+    steps,
+    num_prompts,
+    seeds,
+    window_size,
+    method,
+    level,
+    batch_size,
+    cache_dir,
+    no_cache,
+    truth_scorer,
+    truth_decomposer,
+    truth_threshold,
+    commitment,
+    eta,
+    out,
+    as_json,
+):
     """Measure where POLICY's samples form their structure and print the SDE window CAST would use."""
     import warnings
 
@@ -138,9 +210,17 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     else:
         prompts, source = list(DEFAULT_PROMPTS), "cast-windows' default prompts"
     selector = ClipCurvatureSelector(
-        embedder, embedder_kwargs=parse_options(embedder_opt, "--embedder-opt"), calibration_prompts=prompts,
-        num_prompts=num_prompts, seeds=_seeds(seeds), window_size=window_size, method=method, level=level,
-        batch_size=batch_size, cache_dir=cache_dir, use_cache=not no_cache,
+        embedder,
+        embedder_kwargs=parse_options(embedder_opt, "--embedder-opt"),
+        calibration_prompts=prompts,
+        num_prompts=num_prompts,
+        seeds=_seeds(seeds),
+        window_size=window_size,
+        method=method,
+        level=level,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", FlatCurveWarning)
@@ -166,17 +246,36 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
         from cast_core.registry import get_atom_decomposer, get_atom_scorer
         from cast_windows.validation import verdict_agreement
 
-        truth = verdict_agreement(pol, d["calibration_prompts"], get_atom_scorer(truth_scorer),
-                                  get_atom_decomposer(truth_decomposer), num_steps=steps, seeds=d["seeds"],
-                                  batch_size=batch_size, threshold=truth_threshold)
-        record["truth"] = {**truth.to_dict(), "scorer": truth_scorer, "decomposer": truth_decomposer,
-                           "within_one_step": _within_one_step(truth.step, d["knee_step"])}
+        truth = verdict_agreement(
+            pol,
+            d["calibration_prompts"],
+            get_atom_scorer(truth_scorer),
+            get_atom_decomposer(truth_decomposer),
+            num_steps=steps,
+            seeds=d["seeds"],
+            batch_size=batch_size,
+            threshold=truth_threshold,
+        )
+        record["truth"] = {
+            **truth.to_dict(),
+            "scorer": truth_scorer,
+            "decomposer": truth_decomposer,
+            "within_one_step": _within_one_step(truth.step, d["knee_step"]),
+        }
         if commitment:
             from cast_windows.validation import commitment as measure_commitment
 
-            c = measure_commitment(pol, d["calibration_prompts"], get_atom_scorer(truth_scorer),
-                                   get_atom_decomposer(truth_decomposer), num_steps=steps, seeds=d["seeds"],
-                                   batch_size=batch_size, eta=eta, threshold=truth_threshold)
+            c = measure_commitment(
+                pol,
+                d["calibration_prompts"],
+                get_atom_scorer(truth_scorer),
+                get_atom_decomposer(truth_decomposer),
+                num_steps=steps,
+                seeds=d["seeds"],
+                batch_size=batch_size,
+                eta=eta,
+                threshold=truth_threshold,
+            )
             record["commitment"] = {**c.to_dict(), "within_one_step": _within_one_step(c.step, d["knee_step"])}
     elif commitment:
         raise click.UsageError("--commitment needs --truth-scorer (the judge whose verdicts it compares)")
@@ -184,10 +283,15 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     target.mkdir(parents=True, exist_ok=True)
     (target / "window.json").write_text(json.dumps(record, indent=2) + "\n")
     draw_window_plot(
-        d["curve_mean"], d["curve_std"], d["curvature"], window_start=window.start, window_size=window.size,
+        d["curve_mean"],
+        d["curve_std"],
+        d["curvature"],
+        window_start=window.start,
+        window_size=window.size,
         knee_step=d["knee_step"],
         title=f"cast window: policy {policy}, embedder {embedder}, {steps} steps, {d['samples']} samples ({source})",
-        subtitle=d["reason"], truth_step=record["truth"]["step"] if "truth" in record else None,
+        subtitle=d["reason"],
+        truth_step=record["truth"]["step"] if "truth" in record else None,
         commitment_step=record["commitment"]["step"] if "commitment" in record else None,
         level_value=_level_value(d, level) if method == "settle" else None,
     ).save(target / "window.png")
@@ -199,16 +303,23 @@ def window_command(policy, policy_opt, embedder, embedder_opt, prompt_file, suit
     click.echo(f"formation point: step {d['knee_step']} — {d['reason']}")
     if "truth" in record:
         t = record["truth"]
-        click.echo(f"{truth_scorer} formation step: {t['step']} (verdicts settled for >= {truth_threshold:.0%} of samples "
-                   f"from there on); within one step of the formation point: {'yes' if t['within_one_step'] else 'NO'}; "
-                   f"per-atom: step {t['atom_step']}")
+        click.echo(
+            f"{truth_scorer} formation step: {t['step']} (verdicts settled for >= {truth_threshold:.0%} of samples "
+            f"from there on); within one step of the formation point: {'yes' if t['within_one_step'] else 'NO'}; "
+            f"per-atom: step {t['atom_step']}"
+        )
     if "commitment" in record:
         c = record["commitment"]
-        click.echo(f"commitment step: {c['step']} (SDE noise, eta {c['eta']:g}, from there on keeps every verdict of >= "
-                   f"{truth_threshold:.0%} of samples); within one step of the formation point: {'yes' if c['within_one_step'] else 'NO'}; "
-                   f"per-atom: step {c['atom_step']}")
-    click.echo(f"measured on {d['samples']} samples from {source}; embedder {d['embedder']}"
-               + (" (cached)" if d["cached"] else ""))
+        click.echo(
+            f"commitment step: {c['step']} (SDE noise, eta {c['eta']:g}, from there on keeps every verdict of >= "
+            f"{truth_threshold:.0%} of samples); within one step of the formation point: "
+            f"{'yes' if c['within_one_step'] else 'NO'}; "
+            f"per-atom: step {c['atom_step']}"
+        )
+    click.echo(
+        f"measured on {d['samples']} samples from {source}; embedder {d['embedder']}"
+        + (" (cached)" if d["cached"] else "")
+    )
     click.echo(f"wrote {target / 'window.json'} and {target / 'window.png'}")
 
 

@@ -34,21 +34,45 @@ class SimilarityCurve:
     per_sample: list[list[float]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"mean": self.mean, "std": self.std, "sigmas": self.sigmas, "samples": self.samples,
-                "per_sample": self.per_sample}
+        return {
+            "mean": self.mean,
+            "std": self.std,
+            "sigmas": self.sigmas,
+            "samples": self.samples,
+            "per_sample": self.per_sample,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "SimilarityCurve":
-        return cls(list(data["mean"]), list(data["std"]), list(data["sigmas"]), int(data["samples"]),
-                   [list(r) for r in data.get("per_sample", [])])
+        return cls(
+            list(data["mean"]),
+            list(data["std"]),
+            list(data["sigmas"]),
+            int(data["samples"]),
+            [list(r) for r in data.get("per_sample", [])],
+        )
 
 
 @torch.no_grad()
-def similarity_rows(policy: Any, prompts: Sequence[str], embedder: Any, *, num_steps: int,
-                    image_size: tuple[int, int] | None, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def similarity_rows(
+    policy: Any,
+    prompts: Sequence[str],
+    embedder: Any,
+    *,
+    num_steps: int,
+    image_size: tuple[int, int] | None,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``cos(embed(x̂0_i), embed(final))`` as ``[len(prompts), num_steps]``, and the sigmas."""
-    rollout = sample(policy, list(prompts), num_steps=num_steps, image_size=image_size, window=None,
-                     keep_x0=True, generator=generator)
+    rollout = sample(
+        policy,
+        list(prompts),
+        num_steps=num_steps,
+        image_size=image_size,
+        window=None,
+        keep_x0=True,
+        generator=generator,
+    )
     final = embedder.embed(rollout.images).float()
     sims = []
     for i in range(num_steps):
@@ -58,9 +82,16 @@ def similarity_rows(policy: Any, prompts: Sequence[str], embedder: Any, *, num_s
     return torch.stack(sims, dim=1), rollout.sigmas[:num_steps]
 
 
-def measure_curve(policy: Any, prompts: Sequence[str], embedder: Any, *, num_steps: int,
-                  seeds: Sequence[int] = (0,), image_size: tuple[int, int] | None = None,
-                  batch_size: int = 8) -> SimilarityCurve:
+def measure_curve(
+    policy: Any,
+    prompts: Sequence[str],
+    embedder: Any,
+    *,
+    num_steps: int,
+    seeds: Sequence[int] = (0,),
+    image_size: tuple[int, int] | None = None,
+    batch_size: int = 8,
+) -> SimilarityCurve:
     """The mean/std similarity curve over ``prompts × seeds``.
 
     Each seed drives one generator through the prompts in chunks of ``batch_size`` (chunking
@@ -75,13 +106,23 @@ def measure_curve(policy: Any, prompts: Sequence[str], embedder: Any, *, num_ste
     for seed in seeds:
         gen = torch.Generator().manual_seed(int(seed))
         for start in range(0, len(prompts), batch_size):
-            r, sigmas = similarity_rows(policy, prompts[start:start + batch_size], embedder,
-                                        num_steps=num_steps, image_size=image_size, generator=gen)
+            r, sigmas = similarity_rows(
+                policy,
+                prompts[start : start + batch_size],
+                embedder,
+                num_steps=num_steps,
+                image_size=image_size,
+                generator=gen,
+            )
             rows.append(r)
     sims = torch.cat(rows).double()
     if not torch.isfinite(sims).all():
         raise ValueError("the similarity curve has non-finite values (the embedder returned NaN/inf)")
     std = sims.std(dim=0, unbiased=False)
-    return SimilarityCurve(mean=sims.mean(dim=0).tolist(), std=std.tolist(),
-                           sigmas=[float(s) for s in sigmas], samples=int(sims.shape[0]),
-                           per_sample=sims.tolist())
+    return SimilarityCurve(
+        mean=sims.mean(dim=0).tolist(),
+        std=std.tolist(),
+        sigmas=[float(s) for s in sigmas],
+        samples=int(sims.shape[0]),
+        per_sample=sims.tolist(),
+    )

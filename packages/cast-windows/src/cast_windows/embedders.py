@@ -112,7 +112,9 @@ class ClipEmbedder:
         cache_dir: str | None = None,
     ):
         self.batch_size = int(batch_size)
-        self.device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.device = (
+            torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         if model is None:
             if not pretrained:
                 raise CastError(
@@ -148,14 +150,14 @@ class ClipEmbedder:
         if (nh, nw) != (h, w):
             x = F.interpolate(x, size=(nh, nw), mode="bicubic", align_corners=False, antialias=True)
         top, left = (nh - th) // 2, (nw - tw) // 2
-        x = x[..., top:top + th, left:left + tw].clamp(0, 1)
+        x = x[..., top : top + th, left : left + tw].clamp(0, 1)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     @torch.no_grad()
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         out = []
         for i in range(0, images.shape[0], self.batch_size):
-            x = self.preprocess(images[i:i + self.batch_size])
+            x = self.preprocess(images[i : i + self.batch_size])
             dtype = next(self.model.parameters()).dtype
             out.append(self.model.encode_image(x.to(dtype)).float().cpu())
         return l2_normalise(torch.cat(out)) if out else torch.empty(0, 0)

@@ -96,9 +96,15 @@ class Knee:
         """JSON-ready form (lists of floats)."""
         as_list = lambda a: [float(v) for v in a]  # noqa: E731
         return {
-            "step": self.step, "method": self.method, "smooth": self.smooth, "fallback": self.fallback,
-            "reason": self.reason, "smoothed": as_list(self.smoothed), "normalised": as_list(self.normalised),
-            "curvature": as_list(self.curvature), "distance": as_list(self.distance),
+            "step": self.step,
+            "method": self.method,
+            "smooth": self.smooth,
+            "fallback": self.fallback,
+            "reason": self.reason,
+            "smoothed": as_list(self.smoothed),
+            "normalised": as_list(self.normalised),
+            "curvature": as_list(self.curvature),
+            "distance": as_list(self.distance),
         }
 
 
@@ -169,29 +175,56 @@ def find_knee(
         return result(middle, f"a {n}-step curve is too short to bend; fell back to the middle step {middle}", True)
     rise = float(s[-1] - s[0])
     if rise < min_rise:
-        return result(middle, f"the curve is flat: it rises by {rise:.4g} < min_rise={min_rise:g} from the first "
-                              f"to the last step; fell back to the middle step {middle}", True)
+        return result(
+            middle,
+            f"the curve is flat: it rises by {rise:.4g} < min_rise={min_rise:g} from the first "
+            f"to the last step; fell back to the middle step {middle}",
+            True,
+        )
     if method == "settle":
         below = np.flatnonzero(yn < level - 1e-9)  # a curve exactly at the level counts as there
         step = int(below[-1]) + 1 if below.size else 0
         if step >= n:
-            return result(middle, f"never settles: the normalised curve ends below level={level:g} "
-                                  f"({float(yn[-1]):.3f}; it falls at the end); fell back to the middle step {middle}", True)
-        return result(step, f"settle: from step {step} on the normalised curve stays >= level={level:g} "
-                            f"(y_norm = {float(yn[step]):.3f} there; {float(yn[step - 1]) if step else float('nan'):.3f} "
-                            f"the step before)", False)
+            return result(
+                middle,
+                f"never settles: the normalised curve ends below level={level:g} "
+                f"({float(yn[-1]):.3f}; it falls at the end); fell back to the middle step {middle}",
+                True,
+            )
+        return result(
+            step,
+            f"settle: from step {step} on the normalised curve stays >= level={level:g} "
+            f"(y_norm = {float(yn[step]):.3f} there; {float(yn[step - 1]) if step else float('nan'):.3f} "
+            f"the step before)",
+            False,
+        )
     if method == "kneedle":
         step = int(np.argmax(distance))
         best = float(distance[step])
         if best < min_bend:
-            return result(middle, f"no bend: the curve never rises above its chord by min_bend={min_bend:g} "
-                                  f"(best {best:.3f}; straight or convex); fell back to the middle step {middle}", True)
-        return result(step, f"kneedle: step {step} lies farthest above the chord of the normalised curve "
-                            f"(y_norm - x_norm = {best:.3f}), where the rise flattens", False)
+            return result(
+                middle,
+                f"no bend: the curve never rises above its chord by min_bend={min_bend:g} "
+                f"(best {best:.3f}; straight or convex); fell back to the middle step {middle}",
+                True,
+            )
+        return result(
+            step,
+            f"kneedle: step {step} lies farthest above the chord of the normalised curve "
+            f"(y_norm - x_norm = {best:.3f}), where the rise flattens",
+            False,
+        )
     concave = np.where(kappa[1:-1] < 0, -kappa[1:-1], 0.0)
     if float(concave.max()) <= 0.0:
-        return result(middle, f"no bend: the curve has no concave point (straight or convex); fell back to the "
-                              f"middle step {middle}", True)
+        return result(
+            middle,
+            f"no bend: the curve has no concave point (straight or convex); fell back to the middle step {middle}",
+            True,
+        )
     step = 1 + int(np.argmax(concave))
-    return result(step, f"curvature: step {step} has the largest concave curvature of the normalised curve "
-                        f"(kappa = {float(kappa[step]):.3f}), where the rise flattens", False)
+    return result(
+        step,
+        f"curvature: step {step} has the largest concave curvature of the normalised curve "
+        f"(kappa = {float(kappa[step]):.3f}), where the rise flattens",
+        False,
+    )

@@ -16,7 +16,14 @@ from PIL import Image, ImageDraw, ImageFont
 WIDTH, HEIGHT = 760, 560
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 70, 20, 48, 40
 GAP = 46
-CURVE, BAND, WINDOW, KNEE, AXIS, GRID = (30, 80, 200), (190, 205, 240), (255, 228, 190), (200, 30, 30), (40, 40, 40), (225, 225, 225)
+CURVE, BAND, WINDOW, KNEE, AXIS, GRID = (
+    (30, 80, 200),
+    (190, 205, 240),
+    (255, 228, 190),
+    (200, 30, 30),
+    (40, 40, 40),
+    (225, 225, 225),
+)
 TRUTH = (20, 140, 40)
 COMMITMENT = (40, 90, 200)
 
@@ -86,10 +93,20 @@ class _Panel:
             self.draw.ellipse([px - 3, py - 3, px + 3, py + 3], fill=colour)
 
 
-def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Sequence[float], *,
-                     window_start: int, window_size: int, knee_step: int, title: str = "",
-                     subtitle: str = "", truth_step: int | None = None,
-                     commitment_step: int | None = None, level_value: float | None = None) -> Image.Image:
+def draw_window_plot(
+    mean: Sequence[float],
+    std: Sequence[float],
+    curvature: Sequence[float],
+    *,
+    window_start: int,
+    window_size: int,
+    knee_step: int,
+    title: str = "",
+    subtitle: str = "",
+    truth_step: int | None = None,
+    commitment_step: int | None = None,
+    level_value: float | None = None,
+) -> Image.Image:
     """The two-panel figure described in the module docstring; ``truth_step`` (a ground-truth
     formation step from an atom judge, if measured) is drawn as a green dashed line, the causal
     ``commitment_step`` (if measured) as a blue one, and ``level_value`` (the settle rule's level
@@ -110,7 +127,9 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
     lower = [m - s for m, s in zip(mean, std)]
     top = _Panel(draw, top_box, steps, min(lower), max(max(upper), 1.0))
     top.shade(window_start, window_start + window_size)
-    band = [(top.x(i), top.y(v)) for i, v in enumerate(upper)] + [(top.x(i), top.y(v)) for i, v in reversed(list(enumerate(lower)))]
+    band = [(top.x(i), top.y(v)) for i, v in enumerate(upper)] + [
+        (top.x(i), top.y(v)) for i, v in reversed(list(enumerate(lower)))
+    ]
     if steps > 1:
         draw.polygon(band, fill=BAND)
     top.frame("similarity of the step's x0 estimate to the final image (cosine; mean +/- std)", font)
@@ -133,7 +152,10 @@ def draw_window_plot(mean: Sequence[float], std: Sequence[float], curvature: Seq
 
     draw.text((left, 8), title, fill=AXIS, font=font)
     draw.text((left, 22), subtitle, fill=AXIS, font=font)
-    legend = f"window: steps {window_start}..{window_start + window_size - 1} (shaded)   formation point: step {knee_step} (red dashes)"
+    legend = (
+        f"window: steps {window_start}..{window_start + window_size - 1} (shaded)   "
+        f"formation point: step {knee_step} (red dashes)"
+    )
     if truth_step is not None:
         legend += f"   judge's formation step: {truth_step} (green)"
     if commitment_step is not None:

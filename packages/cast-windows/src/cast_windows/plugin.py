@@ -29,8 +29,14 @@ def register_window_selectors(register):
 
 @hookimpl
 def register_embedders(register):
-    register("pixels", lazy("cast_windows.embedders:PixelsEmbedder"), description="downsampled pixels (no model needed)")
-    register("clip", lazy("cast_windows.embedders:ClipEmbedder"), description="open_clip image embeddings, ViT-L-14 by default (extra: clip)")
+    register(
+        "pixels", lazy("cast_windows.embedders:PixelsEmbedder"), description="downsampled pixels (no model needed)"
+    )
+    register(
+        "clip",
+        lazy("cast_windows.embedders:ClipEmbedder"),
+        description="open_clip image embeddings, ViT-L-14 by default (extra: clip)",
+    )
 
 
 @hookimpl

@@ -52,9 +52,15 @@ class FormationTruth:
         return first_settled_step(self.atom_agreement, self.threshold)
 
     def to_dict(self) -> dict:
-        return {"agreement": self.agreement, "atom_agreement": self.atom_agreement,
-                "pass_agreement": self.pass_agreement, "step": self.step, "atom_step": self.atom_step,
-                "threshold": self.threshold, "samples": self.samples}
+        return {
+            "agreement": self.agreement,
+            "atom_agreement": self.atom_agreement,
+            "pass_agreement": self.pass_agreement,
+            "step": self.step,
+            "atom_step": self.atom_step,
+            "threshold": self.threshold,
+            "samples": self.samples,
+        }
 
 
 @dataclass
@@ -75,9 +81,15 @@ class Commitment:
         return first_settled_step(self.atom_unchanged, self.threshold)
 
     def to_dict(self) -> dict:
-        return {"unchanged": self.unchanged, "atom_unchanged": self.atom_unchanged, "step": self.step,
-                "atom_step": self.atom_step,
-                "threshold": self.threshold, "samples": self.samples, "eta": self.eta}
+        return {
+            "unchanged": self.unchanged,
+            "atom_unchanged": self.atom_unchanged,
+            "step": self.step,
+            "atom_step": self.atom_step,
+            "threshold": self.threshold,
+            "samples": self.samples,
+            "eta": self.eta,
+        }
 
 
 def _verdicts(scorer: Any, images: torch.Tensor, graphs: Sequence[Any], pass_threshold: float) -> list[torch.Tensor]:
@@ -102,9 +114,19 @@ def first_settled_step(agreement: Sequence[float], threshold: float) -> int | No
 
 
 @torch.no_grad()
-def verdict_agreement(policy: Any, prompts: Sequence[str], scorer: Any, decomposer: Any, *, num_steps: int,
-                      seeds: Sequence[int] = (0,), image_size: tuple[int, int] | None = None,
-                      batch_size: int = 8, pass_threshold: float = 0.5, threshold: float = 0.9) -> FormationTruth:
+def verdict_agreement(
+    policy: Any,
+    prompts: Sequence[str],
+    scorer: Any,
+    decomposer: Any,
+    *,
+    num_steps: int,
+    seeds: Sequence[int] = (0,),
+    image_size: tuple[int, int] | None = None,
+    batch_size: int = 8,
+    pass_threshold: float = 0.5,
+    threshold: float = 0.9,
+) -> FormationTruth:
     """Sample ``prompts × seeds`` with the ODE (same seeding as :func:`cast_windows.curve.measure_curve`)
     and measure, per step, how many samples' verdicts already match the final image's."""
     prompts = list(prompts)
@@ -116,9 +138,10 @@ def verdict_agreement(policy: Any, prompts: Sequence[str], scorer: Any, decompos
     for seed in seeds:
         gen = torch.Generator().manual_seed(int(seed))
         for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start:start + batch_size]
-            rollout = sample(policy, chunk, num_steps=num_steps, image_size=image_size, window=None,
-                             keep_x0=True, generator=gen)
+            chunk = prompts[start : start + batch_size]
+            rollout = sample(
+                policy, chunk, num_steps=num_steps, image_size=image_size, window=None, keep_x0=True, generator=gen
+            )
             batch_graphs = [graphs[p] for p in chunk]
             final = _verdicts(scorer, rollout.images, batch_graphs, pass_threshold)
             rows = torch.zeros(len(chunk), num_steps, dtype=torch.bool)
@@ -133,16 +156,31 @@ def verdict_agreement(policy: Any, prompts: Sequence[str], scorer: Any, decompos
             settled.append(rows)
     frac = torch.cat(settled).float().mean(0)
     agreement = [float(v) for v in frac]
-    return FormationTruth(agreement=agreement, atom_agreement=[float(v) / max(atoms_total, 1) for v in atoms_same],
-                          pass_agreement=[float(v) / passes_total if passes_total else None for v in passes_kept],
-                          step=first_settled_step(agreement, threshold), threshold=threshold,
-                          samples=int(sum(r.shape[0] for r in settled)))
+    return FormationTruth(
+        agreement=agreement,
+        atom_agreement=[float(v) / max(atoms_total, 1) for v in atoms_same],
+        pass_agreement=[float(v) / passes_total if passes_total else None for v in passes_kept],
+        step=first_settled_step(agreement, threshold),
+        threshold=threshold,
+        samples=int(sum(r.shape[0] for r in settled)),
+    )
 
 
 @torch.no_grad()
-def commitment(policy: Any, prompts: Sequence[str], scorer: Any, decomposer: Any, *, num_steps: int,
-               seeds: Sequence[int] = (0,), image_size: tuple[int, int] | None = None, batch_size: int = 8,
-               eta: float = 0.7, pass_threshold: float = 0.5, threshold: float = 0.9) -> Commitment:
+def commitment(
+    policy: Any,
+    prompts: Sequence[str],
+    scorer: Any,
+    decomposer: Any,
+    *,
+    num_steps: int,
+    seeds: Sequence[int] = (0,),
+    image_size: tuple[int, int] | None = None,
+    batch_size: int = 8,
+    eta: float = 0.7,
+    pass_threshold: float = 0.5,
+    threshold: float = 0.9,
+) -> Commitment:
     """For every step ``t``: ODE up to ``t``, SDE (``eta``) from ``t`` to the end, verdicts compared
     with the pure ODE sample's. Costs ``num_steps`` extra rollouts per sample."""
     from cast_core.types import Window
@@ -155,7 +193,7 @@ def commitment(policy: Any, prompts: Sequence[str], scorer: Any, decomposer: Any
     for seed in seeds:
         gen = torch.Generator().manual_seed(int(seed))
         for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start:start + batch_size]
+            chunk = prompts[start : start + batch_size]
             batch_graphs = [graphs[p] for p in chunk]
             noise = policy.initial_noise(len(chunk), image_size, gen)
             ode = sample(policy, chunk, num_steps=num_steps, image_size=image_size, window=None, initial_noise=noise)
@@ -163,13 +201,26 @@ def commitment(policy: Any, prompts: Sequence[str], scorer: Any, decomposer: Any
             rows = torch.zeros(len(chunk), num_steps, dtype=torch.bool)
             for t in range(num_steps):
                 sde_gen = torch.Generator().manual_seed(int(seed) * 100_003 + start * 1_009 + t)
-                rollout = sample(policy, chunk, num_steps=num_steps, image_size=image_size,
-                                 window=Window(t, num_steps - t), eta=eta, generator=sde_gen, initial_noise=noise)
+                rollout = sample(
+                    policy,
+                    chunk,
+                    num_steps=num_steps,
+                    image_size=image_size,
+                    window=Window(t, num_steps - t),
+                    eta=eta,
+                    generator=sde_gen,
+                    initial_noise=noise,
+                )
                 rows[:, t], same = _compare(_verdicts(scorer, rollout.images, batch_graphs, pass_threshold), final)
                 atoms_kept[t] += same
             atoms_total += sum(len(f) for f in final)
             kept_rows.append(rows)
     unchanged = [float(v) for v in torch.cat(kept_rows).float().mean(0)]
-    return Commitment(unchanged=unchanged, atom_unchanged=[float(v) / max(atoms_total, 1) for v in atoms_kept],
-                      step=first_settled_step(unchanged, threshold), threshold=threshold,
-                      samples=int(sum(r.shape[0] for r in kept_rows)), eta=eta)
+    return Commitment(
+        unchanged=unchanged,
+        atom_unchanged=[float(v) / max(atoms_total, 1) for v in atoms_kept],
+        step=first_settled_step(unchanged, threshold),
+        threshold=threshold,
+        samples=int(sum(r.shape[0] for r in kept_rows)),
+        eta=eta,
+    )

@@ -11,16 +11,32 @@ DEFAULT_DECOMPOSER = "template"
 
 @click.command("decompose")
 @click.argument("prompts", nargs=-1)
-@click.option("--file", "prompt_file", type=click.Path(dir_okay=False), help="A file with one prompt a line ('#' comments).")
+@click.option(
+    "--file", "prompt_file", type=click.Path(dir_okay=False), help="A file with one prompt a line ('#' comments)."
+)
 @click.option("--decomposer", "-d", default=DEFAULT_DECOMPOSER, show_default=True, help="Registered decomposer name.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON Lines: one scene graph object a prompt.")
-@click.option("--stats", is_flag=True,
-              help="Print only a summary: how each prompt was decomposed (template / llm / prompt-level / refused, "
-                   "for decomposers that record it), atoms per prompt and atom kinds.")
-@click.option("--set", "sets", multiple=True, metavar="decomposer_kwargs.KEY=VALUE",
-              help="Decomposer factory argument, e.g. decomposer_kwargs.llm_path=MODEL (repeatable).")
-def decompose_command(prompts: tuple[str, ...], prompt_file: str | None, decomposer: str, as_json: bool,
-                      stats: bool, sets: tuple[str, ...]) -> None:
+@click.option(
+    "--stats",
+    is_flag=True,
+    help="Print only a summary: how each prompt was decomposed (template / llm / prompt-level / refused, "
+    "for decomposers that record it), atoms per prompt and atom kinds.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="decomposer_kwargs.KEY=VALUE",
+    help="Decomposer factory argument, e.g. decomposer_kwargs.llm_path=MODEL (repeatable).",
+)
+def decompose_command(
+    prompts: tuple[str, ...],
+    prompt_file: str | None,
+    decomposer: str,
+    as_json: bool,
+    stats: bool,
+    sets: tuple[str, ...],
+) -> None:
     """Decompose PROMPTS (and/or --file) into scene graphs of verifiable atoms.
 
     Every prompt is attempted; failures are reported on stderr with their file and line, and
@@ -80,8 +96,9 @@ def _print_stats(n: int, paths, kinds, atoms_per_prompt: list[int], as_json: boo
         click.echo(json.dumps(summary))
         return
     click.echo(f"{n} prompts: " + ", ".join(f"{k} {v} ({100 * v / n:.0f}%)" for k, v in paths.most_common()))
-    click.echo(f"atoms per decomposed prompt: {mean:.2f}; kinds: "
-               + ", ".join(f"{k} {v}" for k, v in kinds.most_common()))
+    click.echo(
+        f"atoms per decomposed prompt: {mean:.2f}; kinds: " + ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+    )
 
 
 def _print_tree(graph) -> None:

@@ -19,24 +19,51 @@ from cast_core.commands.output import check_output, emit_json, save_result
 @click.option("--images-per-prompt", "-k", default=4, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(1, 1000), help="Sampling steps.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--benchmark", type=click.Choice(["geneval2"]),
-              help="A benchmark's own prompts and atoms: geneval2 reads --data geneval2_data.jsonl (its questions, "
-                   "its atom counts) and defaults to the soft-tifa judge; the table is GenEval 2's layout.")
+@click.option(
+    "--benchmark",
+    type=click.Choice(["geneval2"]),
+    help="A benchmark's own prompts and atoms: geneval2 reads --data geneval2_data.jsonl (its questions, "
+    "its atom counts) and defaults to the soft-tifa judge; the table is GenEval 2's layout.",
+)
 @click.option("--data", "data_file", type=click.Path(dir_okay=False), help="The benchmark's data file (--benchmark).")
 @click.option("--scorer", help="Atom scorer (default: shapes-oracle; soft-tifa with --benchmark geneval2).")
 @click.option("--decomposer", default="template", show_default=True, help="Decomposer (not with --benchmark).")
-@click.option("--set", "sets", multiple=True, metavar="TABLE.KEY=VALUE",
-              help="policy_kwargs. / scorer_kwargs. / decomposer_kwargs.KEY=VALUE (repeatable), e.g. "
-                   "scorer_kwargs.path=DIR.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="TABLE.KEY=VALUE",
+    help="policy_kwargs. / scorer_kwargs. / decomposer_kwargs.KEY=VALUE (repeatable), e.g. scorer_kwargs.path=DIR.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Also write the JSON result here.")
 @click.option("--grid", type=click.Path(dir_okay=False), help="Also draw the first prompts' images with verdicts here.")
-@click.option("--baseline", type=click.Path(dir_okay=False, exists=True),
-              help="A previous `cast eval --out` JSON (same prompts, seed, steps, K): report the paired "
-                   "difference to it, overall (GM) and per skill.")
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False, exists=True),
+    help="A previous `cast eval --out` JSON (same prompts, seed, steps, K): report the paired "
+    "difference to it, overall (GM) and per skill.",
+)
 @policy_opt_option
-def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, seed, benchmark, data_file, scorer,
-                 decomposer, sets, as_json, out, grid, baseline, policy_opts):
+def eval_command(
+    policy,
+    adapter,
+    suite,
+    prompt_file,
+    images_per_prompt,
+    steps,
+    seed,
+    benchmark,
+    data_file,
+    scorer,
+    decomposer,
+    sets,
+    as_json,
+    out,
+    grid,
+    baseline,
+    policy_opts,
+):
     """Sample every prompt K times with the ODE sampler and report Soft-TIFA AM/GM overall,
     by atom count and by skill."""
     from cast_core.commands.inputs import load_adapter_option, policy_kwargs, split_sets
@@ -51,9 +78,12 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     atomicity = None
     if benchmark:
         if suite or prompt_file or not data_file:
-            raise click.UsageError(f"--benchmark {benchmark} takes its prompts from --data FILE (and no --suite/--prompts)")
-        dec = get_atom_decomposer(benchmark, data=data_file,
-                                  **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs"))
+            raise click.UsageError(
+                f"--benchmark {benchmark} takes its prompts from --data FILE (and no --suite/--prompts)"
+            )
+        dec = get_atom_decomposer(
+            benchmark, data=data_file, **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs")
+        )
         prompts, atomicity = dec.prompts, (lambda p: dec.record(p).atom_count)
         scorer = scorer or "soft-tifa"
     else:
@@ -71,26 +101,50 @@ def eval_command(policy, adapter, suite, prompt_file, images_per_prompt, steps, 
     from cast_core.progress import progress_bar
 
     with progress_bar("sampling and scoring", len(prompts) * images_per_prompt) as progress:
-        result = evaluate(pol, prompts, judge, dec, images_per_prompt=images_per_prompt, num_steps=steps, seed=seed,
-                          progress=progress, atomicity=atomicity)
-    result.update({"policy": policy, "adapter": adapter, "suite": suite or prompt_file or f"{benchmark}:{data_file}",
-                   "steps": steps, "seed": seed, "prompts_digest": digest, "scorer": scorer})
+        result = evaluate(
+            pol,
+            prompts,
+            judge,
+            dec,
+            images_per_prompt=images_per_prompt,
+            num_steps=steps,
+            seed=seed,
+            progress=progress,
+            atomicity=atomicity,
+        )
+    result.update(
+        {
+            "policy": policy,
+            "adapter": adapter,
+            "suite": suite or prompt_file or f"{benchmark}:{data_file}",
+            "steps": steps,
+            "seed": seed,
+            "prompts_digest": digest,
+            "scorer": scorer,
+        }
+    )
     if base is not None:
-        result["vs_baseline"] = {"file": baseline, "gm_difference": paired_difference(base, result),
-                                 "skill_differences": paired_skill_differences(base, result)}
+        result["vs_baseline"] = {
+            "file": baseline,
+            "gm_difference": paired_difference(base, result),
+            "skill_differences": paired_skill_differences(base, result),
+        }
     printed = emit_json(result, out, as_json)  # the result is safe on disk before the grid's extra sampling
     if grid:
         from cast_core.evaluation import verdict_grid
 
-        picture = verdict_grid(pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps,
-                               seed=seed)
+        picture = verdict_grid(
+            pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed
+        )
         save_result(grid, picture.save)
     if printed:
         return
     if benchmark == "geneval2":
         _geneval2_table(result)
-    click.echo(f"{policy}{' + ' + adapter if adapter else ''} on {result['suite']}: "
-               f"GM {result['gm']:.3f}  AM {result['am']:.3f}  ({result['images']} images)")
+    click.echo(
+        f"{policy}{' + ' + adapter if adapter else ''} on {result['suite']}: "
+        f"GM {result['gm']:.3f}  AM {result['am']:.3f}  ({result['images']} images)"
+    )
     click.echo("  by atom count (GM): " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_atom_count"].items()))
     click.echo("  by skill (AM):      " + "  ".join(f"{k}: {v:.3f}" for k, v in result["by_skill"].items()))
     if base is not None:
@@ -105,10 +159,16 @@ def _geneval2_table(result: dict) -> None:
     """GenEval 2's own layout (soft_tifa_analysis.py): Soft-TIFA AM per skill and GM per
     atomicity, as percentages."""
     skills = ("object", "attribute", "count", "position", "verb")
-    click.echo("Soft-TIFA AM by skill (%):  " + "  ".join(
-        f"{k} {100 * result['by_skill'][k]:.1f}" if k in result["by_skill"] else f"{k} -" for k in skills))
-    click.echo("Soft-TIFA GM by atomicity (%): " + "  ".join(
-        f"{k}: {100 * v:.1f}" for k, v in sorted(result["by_atom_count"].items(), key=lambda kv: int(kv[0]))))
+    click.echo(
+        "Soft-TIFA AM by skill (%):  "
+        + "  ".join(f"{k} {100 * result['by_skill'][k]:.1f}" if k in result["by_skill"] else f"{k} -" for k in skills)
+    )
+    click.echo(
+        "Soft-TIFA GM by atomicity (%): "
+        + "  ".join(
+            f"{k}: {100 * v:.1f}" for k, v in sorted(result["by_atom_count"].items(), key=lambda kv: int(kv[0]))
+        )
+    )
 
 
 def _read_baseline(path: str, n_prompts: int, digest: str, seed: int, steps: int, k: int) -> dict:
@@ -118,19 +178,29 @@ def _read_baseline(path: str, n_prompts: int, digest: str, seed: int, steps: int
         with open(path) as f:
             base = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise click.BadParameter(f"{path} is not a readable JSON file ({e}); pass a file written by `cast eval --out`",
-                                 param_hint="--baseline") from None
+        raise click.BadParameter(
+            f"{path} is not a readable JSON file ({e}); pass a file written by `cast eval --out`",
+            param_hint="--baseline",
+        ) from None
     if not isinstance(base, dict) or "per_prompt_skill" not in base or "per_prompt_gm" not in base:
-        raise click.BadParameter(f"{path} has no per_prompt_gm/per_prompt_skill; re-run its evaluation with "
-                                 "`cast eval ... --out FILE` from this version of cast", param_hint="--baseline")
-    problems = [f"{name} {base.get(key)!r} there, {ours!r} here"
-                for name, key, ours in (("prompts", "prompts", n_prompts), ("seed", "seed", seed), ("steps", "steps", steps))
-                if base.get(key) != ours]
+        raise click.BadParameter(
+            f"{path} has no per_prompt_gm/per_prompt_skill; re-run its evaluation with "
+            "`cast eval ... --out FILE` from this version of cast",
+            param_hint="--baseline",
+        )
+    problems = [
+        f"{name} {base.get(key)!r} there, {ours!r} here"
+        for name, key, ours in (("prompts", "prompts", n_prompts), ("seed", "seed", seed), ("steps", "steps", steps))
+        if base.get(key) != ours
+    ]
     if base.get("prompts") == n_prompts and base.get("prompts_digest", digest) != digest:
         problems.append("other prompts (prompts_digest differs)")
     if base.get("images") != n_prompts * k:
         problems.append(f"{base.get('images')!r} images there, {n_prompts * k} here (--images-per-prompt {k})")
     if problems:
-        raise click.BadParameter(f"{path} cannot be paired with this evaluation: {'; '.join(problems)}. "
-                                 "Evaluate with the baseline's suite, --seed, --steps and -k.", param_hint="--baseline")
+        raise click.BadParameter(
+            f"{path} cannot be paired with this evaluation: {'; '.join(problems)}. "
+            "Evaluate with the baseline's suite, --seed, --steps and -k.",
+            param_hint="--baseline",
+        )
     return base

@@ -41,11 +41,16 @@ def load_image(path: str | Path):
     except UnidentifiedImageError:
         raise InputError(f"{path} is not an image Pillow can read (PNG, JPEG, WebP, ...)") from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise InputError(f"{path} declares more than {MAX_IMAGE_PIXELS:,} pixels (8192 x 8192); refusing to decode it "
-                         "(a decompression bomb, or an image to downscale first)") from None
+        raise InputError(
+            f"{path} declares more than {MAX_IMAGE_PIXELS:,} pixels (8192 x 8192); refusing to decode it "
+            "(a decompression bomb, or an image to downscale first)"
+        ) from None
     except (OSError, SyntaxError, ValueError) as err:  # truncated or corrupt data (PIL raises all three)
-        raise InputError(f"{path} is damaged and cannot be decoded ({str(err).splitlines()[0][:120] if str(err) else type(err).__name__}); "
-                         "re-export or re-download it") from None
+        raise InputError(
+            f"{path} is damaged and cannot be decoded "
+            f"({str(err).splitlines()[0][:120] if str(err) else type(err).__name__}); "
+            "re-export or re-download it"
+        ) from None
     finally:
         Image.MAX_IMAGE_PIXELS = previous
     return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
@@ -58,7 +63,10 @@ def policy_opt_option(fn):
     import click
 
     return click.option(
-        "--policy-opt", "policy_opts", multiple=True, metavar="KEY=VALUE",
+        "--policy-opt",
+        "policy_opts",
+        multiple=True,
+        metavar="KEY=VALUE",
         help='Policy factory argument, e.g. device="cuda" or lora_rank=16 (TOML value; repeatable).',
     )(fn)
 
@@ -99,4 +107,6 @@ def load_adapter_option(policy, directory: str, option: str = "--adapter") -> No
     except (FileNotFoundError, ValueError, RuntimeError, KeyError) as err:
         raise click.BadParameter(
             f"{err}. Pass an adapter directory such as RUN/checkpoints/step-N/adapter, with the training run's "
-            "policy_kwargs as --policy-opt KEY=VALUE if it used non-default ones.", param_hint=option) from None
+            "policy_kwargs as --policy-opt KEY=VALUE if it used non-default ones.",
+            param_hint=option,
+        ) from None

@@ -33,20 +33,24 @@ def check_output(path: str | None, option: str, image: bool = False) -> None:
         return
     p = Path(path)
     if p.is_dir():
-        raise click.BadParameter(f"{path} is a directory; give a file name (e.g. {p / ('out.png' if image else 'out.json')})",
-                                 param_hint=option)
+        raise click.BadParameter(
+            f"{path} is a directory; give a file name (e.g. {p / ('out.png' if image else 'out.json')})",
+            param_hint=option,
+        )
     if image:
         from PIL import Image
 
         if p.suffix.lower() not in Image.registered_extensions():
-            raise click.BadParameter(f"{path}: cannot write images with suffix {p.suffix or '(none)'!r}; use .png or .jpg",
-                                     param_hint=option)
+            raise click.BadParameter(
+                f"{path}: cannot write images with suffix {p.suffix or '(none)'!r}; use .png or .jpg", param_hint=option
+            )
     where = p if p.exists() else _nearest_existing(p.parent)
     if not where.is_dir() and where != p:
         raise click.BadParameter(f"{path}: {where} is a file, not a directory", param_hint=option)
     if not os.access(where, os.W_OK):
-        raise click.BadParameter(f"{path} cannot be written ({where} is not writable); choose another path",
-                                 param_hint=option)
+        raise click.BadParameter(
+            f"{path} cannot be written ({where} is not writable); choose another path", param_hint=option
+        )
 
 
 def _fallback(path: Path) -> Path:
@@ -72,7 +76,9 @@ def save_result(path: str, write: Callable[[Path], None]) -> Path:
     except OSError as err:
         spare = _fallback(target)
         write(spare)
-        click.echo(f"warning: could not write {target} ({err.strerror or err}); the result is saved at {spare}", err=True)
+        click.echo(
+            f"warning: could not write {target} ({err.strerror or err}); the result is saved at {spare}", err=True
+        )
         return spare
 
 

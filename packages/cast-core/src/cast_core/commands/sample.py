@@ -12,12 +12,21 @@ from cast_core.commands.inputs import policy_opt_option
 @click.option("--prompt", "-p", required=True, help="Prompt text.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1, 1000), help="Denoising steps.")
 @click.option("--seed", default=0, show_default=True, help="Noise seed.")
-@click.option("--images", "-n", default=1, show_default=True, type=click.IntRange(1, 1024), help="How many images (side by side).")
-@click.option("--adapter", type=click.Path(file_okay=False, exists=True), help="Adapter directory (e.g. a checkpoint's adapter/).")
+@click.option(
+    "--images", "-n", default=1, show_default=True, type=click.IntRange(1, 1024), help="How many images (side by side)."
+)
+@click.option(
+    "--adapter", type=click.Path(file_okay=False, exists=True), help="Adapter directory (e.g. a checkpoint's adapter/)."
+)
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Output PNG.")
 @policy_opt_option
-@click.option("--set", "sets", multiple=True, metavar="policy_kwargs.KEY=VALUE",
-              help="Policy factory argument in the training config's spelling, e.g. policy_kwargs.path=DIR (repeatable).")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="policy_kwargs.KEY=VALUE",
+    help="Policy factory argument in the training config's spelling, e.g. policy_kwargs.path=DIR (repeatable).",
+)
 def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts, sets):
     """Generate images for --prompt with the policy's deterministic ODE sampler."""
     import torch

@@ -17,10 +17,17 @@ DEFAULT_DECOMPOSER = "template"
 @click.option("--scorer", "-s", default=DEFAULT_SCORER, show_default=True, help="Registered atom scorer.")
 @click.option("--decomposer", "-d", default=DEFAULT_DECOMPOSER, show_default=True, help="Registered decomposer.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per image (JSON Lines).")
-@click.option("--heatmaps", "heatmap_dir", type=click.Path(file_okay=False), help="Write per-atom heatmap overlays here.")
-@click.option("--set", "sets", multiple=True, metavar="TABLE.KEY=VALUE",
-              help="scorer_kwargs.KEY=VALUE or decomposer_kwargs.KEY=VALUE, the training config's spelling "
-                   "(e.g. scorer_kwargs.path=DIR; repeatable).")
+@click.option(
+    "--heatmaps", "heatmap_dir", type=click.Path(file_okay=False), help="Write per-atom heatmap overlays here."
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="TABLE.KEY=VALUE",
+    help="scorer_kwargs.KEY=VALUE or decomposer_kwargs.KEY=VALUE, the training config's spelling "
+    "(e.g. scorer_kwargs.path=DIR; repeatable).",
+)
 def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets) -> None:
     """Score IMAGES against --prompt: per-atom scores, their AM (atom level) and GM (prompt level)."""
     import torch
@@ -31,7 +38,9 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
     from cast_core.registry import get_atom_decomposer, get_atom_scorer
 
     tables = split_sets(sets, ("scorer_kwargs", "decomposer_kwargs"))
-    graph = get_atom_decomposer(decomposer, **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs")).decompose(prompt)
+    graph = get_atom_decomposer(
+        decomposer, **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs")
+    ).decompose(prompt)
     judge = get_atom_scorer(scorer, **dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"))
     want_maps = heatmap_dir is not None
     written: set[str] = set()  # a.png and b/a.png both give maps: the second must not overwrite the first

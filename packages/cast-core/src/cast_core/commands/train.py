@@ -8,8 +8,18 @@ from pathlib import Path
 import click
 
 #: what --resume may change: how long and how often, never what is trained or how
-RESUMABLE = frozenset({"steps", "max_minutes", "log_every", "sample_every", "checkpoint_every", "keep_checkpoints",
-                       "log_with", "tracker_project"})
+RESUMABLE = frozenset(
+    {
+        "steps",
+        "max_minutes",
+        "log_every",
+        "sample_every",
+        "checkpoint_every",
+        "keep_checkpoints",
+        "log_with",
+        "tracker_project",
+    }
+)
 
 
 def _finished_steps(run_dir: Path) -> int | None:
@@ -21,8 +31,12 @@ def _finished_steps(run_dir: Path) -> int | None:
 
 
 @click.command("train")
-@click.option("--recipe", "--plugin", "recipe",
-              help="Recipe to start from (default: shapes, else cast); --plugin is its older name.")
+@click.option(
+    "--recipe",
+    "--plugin",
+    "recipe",
+    help="Recipe to start from (default: shapes, else cast); --plugin is its older name.",
+)
 @click.option("--policy", help="Policy component (overrides the recipe).")
 @click.option("--scorer", help="Atom scorer component.")
 @click.option("--window", help="Window selector component.")
@@ -32,15 +46,38 @@ def _finished_steps(run_dir: Path) -> int | None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one config key (repeatable).")
 @click.option("--steps", type=int, help="Training steps.")
 @click.option("--out", type=click.Path(file_okay=False), help="Run directory (default: runs/<recipe>-<time>).")
-@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), help="Continue the run in this directory.")
-@click.option("--allow-code-prompts", is_flag=True,
-              help="Let prompts = \"module:callable\" (from --config, --set or a resumed config.toml) import and "
-                   "run that code. Recipes may name their own without it.")
-@click.option("--num-processes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Train with N local processes (torch.distributed; gloo on CPU). Multi-GPU and multi-node: "
-                   "run `cast train` under accelerate launch or torchrun (docs/distributed.md).")
-def train_command(recipe, policy, scorer, window, decomposer, projector, config_file, sets, steps, out, resume_dir,
-                  allow_code_prompts, num_processes):
+@click.option(
+    "--resume", "resume_dir", type=click.Path(file_okay=False, exists=True), help="Continue the run in this directory."
+)
+@click.option(
+    "--allow-code-prompts",
+    is_flag=True,
+    help='Let prompts = "module:callable" (from --config, --set or a resumed config.toml) import and '
+    "run that code. Recipes may name their own without it.",
+)
+@click.option(
+    "--num-processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Train with N local processes (torch.distributed; gloo on CPU). Multi-GPU and multi-node: "
+    "run `cast train` under accelerate launch or torchrun (docs/distributed.md).",
+)
+def train_command(
+    recipe,
+    policy,
+    scorer,
+    window,
+    decomposer,
+    projector,
+    config_file,
+    sets,
+    steps,
+    out,
+    resume_dir,
+    allow_code_prompts,
+    num_processes,
+):
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
     from cast_core.config import TrainConfig, build_config, load_toml, parse_set, update_from_file
@@ -65,29 +102,46 @@ def train_command(recipe, policy, scorer, window, decomposer, projector, config_
     if resume_dir:
         if any(x is not None for x in (recipe, policy, scorer, window, decomposer, projector, config_file, out)):
             raise click.UsageError("--resume continues a run as configured; only --steps and --set may change")
-        cfg = update_from_file(TrainConfig(), load_toml(Path(resume_dir) / "config.toml"), Path(resume_dir) / "config.toml")
+        cfg = update_from_file(
+            TrainConfig(), load_toml(Path(resume_dir) / "config.toml"), Path(resume_dir) / "config.toml"
+        )
         check_code_prompts(cfg, allow_code_prompts, f"{resume_dir}/config.toml")
         changes = parse_set(list(sets))
         fixed = sorted(k for k in changes if k.split(".")[0] not in RESUMABLE)
         if fixed:  # the run's maths and components are what its checkpoints were trained with
-            raise click.UsageError(f"--resume cannot change {', '.join(fixed)}: a run continues as it was configured; "
-                                   f"on resume only --steps and --set {'/'.join(sorted(RESUMABLE))} may change. "
-                                   "Start a new run (--out) to train otherwise")
+            raise click.UsageError(
+                f"--resume cannot change {', '.join(fixed)}: a run continues as it was configured; "
+                f"on resume only --steps and --set {'/'.join(sorted(RESUMABLE))} may change. "
+                "Start a new run (--out) to train otherwise"
+            )
         cfg.update(changes, "--set")
         if steps is not None:
             cfg.steps = steps
         done = _finished_steps(Path(resume_dir))
         if done is not None and cfg.steps < done:
-            raise click.UsageError(f"{resume_dir} is already at step {done}; give --steps above {done} to train further")
+            raise click.UsageError(
+                f"{resume_dir} is already at step {done}; give --steps above {done} to train further"
+            )
         if done is not None and cfg.steps == done:  # a run killed after its last checkpoint: nothing left to do
-            click.echo(f"{resume_dir} is complete at step {done}; nothing to do (give --steps above {done} to train "
-                       "further)")
+            click.echo(
+                f"{resume_dir} is complete at step {done}; nothing to do (give --steps above {done} to train further)"
+            )
             return
         run_dir = Path(resume_dir)
     else:
-        cfg = build_config(recipe=recipe, components={"policy": policy, "scorer": scorer, "window": window,
-                                                      "decomposer": decomposer, "projector": projector},
-                           config_file=config_file, sets=sets, steps=steps)
+        cfg = build_config(
+            recipe=recipe,
+            components={
+                "policy": policy,
+                "scorer": scorer,
+                "window": window,
+                "decomposer": decomposer,
+                "projector": projector,
+            },
+            config_file=config_file,
+            sets=sets,
+            steps=steps,
+        )
         check_code_prompts(cfg, allow_code_prompts, "config key 'prompts'")
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
     trainer = Trainer(cfg.validate(), run_dir, resume=bool(resume_dir))
@@ -101,12 +155,16 @@ def train_command(recipe, policy, scorer, window, decomposer, projector, config_
         return
     ran, skipped = trainer.step - first, trainer.counters["skipped_updates"] - skipped_before
     if ran and skipped == ran:  # nothing was learned: a run that "succeeds" like this hides a broken judge
-        raise click.ClickException(f"every one of the {ran} update(s) was skipped (no group could be scored, or "
-                                   f"non-finite advantages); see {run_dir}/metrics.jsonl 'skipped' and the log above")
+        raise click.ClickException(
+            f"every one of the {ran} update(s) was skipped (no group could be scored, or "
+            f"non-finite advantages); see {run_dir}/metrics.jsonl 'skipped' and the log above"
+        )
     click.echo(f"run directory: {run_dir}")
     if last:
-        click.echo(f"step {trainer.step}: reward GM {last.get('reward_gm', float('nan')):.4f} "
-                   f"AM {last.get('reward_am', float('nan')):.4f}; skipped updates {trainer.counters['skipped_updates']}")
+        click.echo(
+            f"step {trainer.step}: reward GM {last.get('reward_gm', float('nan')):.4f} "
+            f"AM {last.get('reward_am', float('nan')):.4f}; skipped updates {trainer.counters['skipped_updates']}"
+        )
 
 
 def _argv_without_num_processes(ctx: click.Context) -> list[str]:
@@ -120,6 +178,6 @@ def _argv_without_num_processes(ctx: click.Context) -> list[str]:
         if value is True:  # an on/off flag
             args.append("--" + name.replace("_", "-"))
             continue
-        for v in (value if isinstance(value, tuple) else (value,)):
+        for v in value if isinstance(value, tuple) else (value,):
             args += [flags.get(name, "--" + name.replace("_", "-")), str(v)]
     return args

@@ -61,23 +61,46 @@ def register_advantage_projectors(register):
 # Flow-GRPO's published defaults (config/grpo.py, geneval_sd3), shared by both recipes so that
 # a comparison changes only what CAST changes. Recipes name components; the window selectors
 # come from cast-windows (`--window none` falls back to window_start/window_size).
-_GRPO_DEFAULTS = {"group_size": 24, "clip_range": 1e-4, "eta": 0.7, "adv_clip": 5.0, "lr": 3e-4,
-                  "num_steps": 10, "max_grad_norm": 1.0}
+_GRPO_DEFAULTS = {
+    "group_size": 24,
+    "clip_range": 1e-4,
+    "eta": 0.7,
+    "adv_clip": 5.0,
+    "lr": 3e-4,
+    "num_steps": 10,
+    "max_grad_norm": 1.0,
+}
 
 
 @hookimpl
 def register_recipes(register):
-    register("flow-grpo", Recipe(
-        projector="scalar",
-        window="random",
-        settings={**_GRPO_DEFAULTS, "ratio_mode": "sample", "beta": 0.04,
-                  "window_kwargs": {"size": 3, "lo": 0, "hi": 6}},
-        description="Flow-GRPO(-Fast): scalar GM advantage, one ratio per sample, KL 0.04, random 3-step window",
-    ))
-    register("cast", Recipe(
-        projector="spatial",
-        window="clip-curvature",
-        settings={**_GRPO_DEFAULTS, "ratio_mode": "position", "beta": 0.0, "lam": 1.0, "gating": "soft",
-                  "window_kwargs": {"embedder": "pixels"}},
-        description="CAST: measured window, per-atom advantages through heatmaps, per-position ratios",
-    ))
+    register(
+        "flow-grpo",
+        Recipe(
+            projector="scalar",
+            window="random",
+            settings={
+                **_GRPO_DEFAULTS,
+                "ratio_mode": "sample",
+                "beta": 0.04,
+                "window_kwargs": {"size": 3, "lo": 0, "hi": 6},
+            },
+            description="Flow-GRPO(-Fast): scalar GM advantage, one ratio per sample, KL 0.04, random 3-step window",
+        ),
+    )
+    register(
+        "cast",
+        Recipe(
+            projector="spatial",
+            window="clip-curvature",
+            settings={
+                **_GRPO_DEFAULTS,
+                "ratio_mode": "position",
+                "beta": 0.0,
+                "lam": 1.0,
+                "gating": "soft",
+                "window_kwargs": {"embedder": "pixels"},
+            },
+            description="CAST: measured window, per-atom advantages through heatmaps, per-position ratios",
+        ),
+    )

@@ -21,8 +21,16 @@ from cast_core.testing.fakes import ConstantScorer, FakeDecomposer, FakePolicy, 
 from cast_core.testing.plugin_package import PluginPackageConformance
 
 __all__ = [
-    "PolicyConformance", "WindowSelectorConformance", "AtomDecomposerConformance",
-    "AtomScorerConformance", "AdvantageProjectorConformance", "EmbedderConformance", "FakePolicy", "ConstantScorer",
-    "FakeDecomposer", "LeftBrightnessScorer",
-    "simple_graph", "PluginPackageConformance",
+    "PolicyConformance",
+    "WindowSelectorConformance",
+    "AtomDecomposerConformance",
+    "AtomScorerConformance",
+    "AdvantageProjectorConformance",
+    "EmbedderConformance",
+    "FakePolicy",
+    "ConstantScorer",
+    "FakeDecomposer",
+    "LeftBrightnessScorer",
+    "simple_graph",
+    "PluginPackageConformance",
 ]

@@ -93,7 +93,6 @@ class PolicyConformance:
     def test_is_policy(self):
         assert isinstance(self.make_policy(), Policy)
 
-
     def test_optional_features_keep_their_contracts(self):
         """Each optional feature the policy has (cast_core.protocols.OPTIONAL_FEATURES) is checked
         on a fresh policy: inference() restores the weights, offloading keeps the velocity …"""
@@ -212,7 +211,11 @@ class AtomScorerConformance:
         from cast_core.testing.fakes import simple_graph
 
         images = torch.rand(3, 3, *self.image_size, generator=torch.Generator().manual_seed(0))
-        graphs = [simple_graph(), simple_graph("two blue squares", "square", "blue", 2), simple_graph("a circle", colour=None)]
+        graphs = [
+            simple_graph(),
+            simple_graph("two blue squares", "square", "blue", 2),
+            simple_graph("a circle", colour=None),
+        ]
         return images, graphs
 
     def make_long_graph(self) -> SceneGraph:
@@ -226,8 +229,16 @@ class AtomScorerConformance:
             for j, g in enumerate(graphs):
                 ids = {x.id: f"{x.id}-{copy}-{j}" for x in (*g.entities, *g.atoms)}
                 entities += [replace(e, id=ids[e.id]) for e in g.entities]
-                atoms += [replace(a, id=ids[a.id], entity=ids[a.entity], other=ids.get(a.other, a.other),
-                                  parents=tuple(ids[q] for q in a.parents)) for a in g.atoms]
+                atoms += [
+                    replace(
+                        a,
+                        id=ids[a.id],
+                        entity=ids[a.entity],
+                        other=ids.get(a.other, a.other),
+                        parents=tuple(ids[q] for q in a.parents),
+                    )
+                    for a in g.atoms
+                ]
             copy += 1
         prompt = " and ".join(g.prompt for g in graphs)
         return SceneGraph(prompt, tuple(entities), tuple(atoms)).validate()
@@ -321,9 +332,10 @@ class AtomScorerConformance:
         scorer = self.make_scorer()
         together = scorer.score(images, graphs).scores
         for i in range(len(images)):
-            alone = scorer.score(images[i:i + 1], graphs[i:i + 1]).scores[0]
-            torch.testing.assert_close(alone, together[i], atol=self.atol, rtol=0,
-                                       msg=lambda m, i=i: f"image {i} alone vs in the batch: {m}")
+            alone = scorer.score(images[i : i + 1], graphs[i : i + 1]).scores[0]
+            torch.testing.assert_close(
+                alone, together[i], atol=self.atol, rtol=0, msg=lambda m, i=i: f"image {i} alone vs in the batch: {m}"
+            )
 
     def test_scores_are_deterministic(self):
         images, graphs = self.make_inputs()
@@ -344,7 +356,6 @@ class AtomDecomposerConformance:
 
     def test_is_decomposer(self):
         assert isinstance(self.make_decomposer(), AtomDecomposer)
-
 
     def test_optional_features_keep_their_contracts(self):
         check_features("atom_decomposer", self.make_decomposer(), prompts=self.prompts)
@@ -414,12 +425,16 @@ class WindowSelectorConformance:
     def test_is_window_selector(self):
         assert isinstance(self.make_selector(), WindowSelector)
 
-
     def test_optional_features_keep_their_contracts(self):
         """A per-step window is a pure function of (seed, step) that fits every schedule the
         selector serves; prompts_for names prompts."""
-        check_features("window_selector", self.make_selector(), policy=self.make_policy(), prompts=self.prompts,
-                       step_counts=self.step_counts)
+        check_features(
+            "window_selector",
+            self.make_selector(),
+            policy=self.make_policy(),
+            prompts=self.prompts,
+            step_counts=self.step_counts,
+        )
 
     def test_window_fits_the_schedule(self):
         sel, policy = self.make_selector(), self.make_policy()
@@ -467,12 +482,12 @@ class AdvantageProjectorConformance:
     def test_is_projector(self):
         assert isinstance(self.make_projector(), AdvantageProjector)
 
-
     def test_optional_features_keep_their_contracts(self):
         """A projector that says it needs no heatmaps must project without them."""
         scores, heatmaps, graph = self._inputs()
-        check_features("advantage_projector", self.make_projector(), inputs=(scores, heatmaps, graph),
-                       latent_grid=self.latent_grid)
+        check_features(
+            "advantage_projector", self.make_projector(), inputs=(scores, heatmaps, graph), latent_grid=self.latent_grid
+        )
 
     def test_map_shape_and_finite(self):
         scores, heatmaps, graph = self._inputs()
@@ -508,13 +523,19 @@ class AdvantageProjectorConformance:
         a prompt's graph may have no atoms, and a group may pass or fail every atom: no 0/0."""
         scores, heatmaps, graph = self._inputs()
         projector = self.make_projector()
-        self._check_finite(projector.project(scores, torch.zeros_like(heatmaps), graph, self.latent_grid),
-                           self.latent_grid, "all-zero heatmaps")
+        self._check_finite(
+            projector.project(scores, torch.zeros_like(heatmaps), graph, self.latent_grid),
+            self.latent_grid,
+            "all-zero heatmaps",
+        )
         self._check_finite(projector.project(scores, None, graph, self.latent_grid), self.latent_grid, "heatmaps=None")
         g, k = self.group_size, len(graph.atoms)
         for value in (0.0, 1.0):
-            self._check_finite(projector.project(torch.full((g, k), value), heatmaps, graph, self.latent_grid),
-                               self.latent_grid, f"every score {value}")
+            self._check_finite(
+                projector.project(torch.full((g, k), value), heatmaps, graph, self.latent_grid),
+                self.latent_grid,
+                f"every score {value}",
+            )
         empty = SceneGraph(graph.prompt).validate()
         out = projector.project(torch.zeros(g, 0), torch.zeros(g, 0, *self.image_size), empty, self.latent_grid)
         self._check_finite(out, self.latent_grid, "a graph without atoms")
@@ -534,10 +555,12 @@ class AdvantageProjectorConformance:
         quarter = torch.zeros(h, w, dtype=torch.bool)
         quarter[: h // 2, : w // 2] = True
         passed, failed = out.values[0], out.values[1]
-        assert float(passed[quarter].min()) >= float(passed[~quarter].max()) - 1e-6, \
+        assert float(passed[quarter].min()) >= float(passed[~quarter].max()) - 1e-6, (
             f"the image that passes gets more advantage outside where its judge looked: {passed.tolist()}"
-        assert float(failed[quarter].max()) <= float(failed[~quarter].min()) + 1e-6, \
+        )
+        assert float(failed[quarter].max()) <= float(failed[~quarter].min()) + 1e-6, (
             f"the image that fails gets less blame where its judge looked: {failed.tolist()}"
+        )
 
 
 class EmbedderConformance:
@@ -567,7 +590,6 @@ class EmbedderConformance:
     def test_is_embedder(self):
         assert isinstance(self.make_embedder(), Embedder)
 
-
     def test_optional_features_keep_their_contracts(self):
         check_features("embedder", self.make_embedder())
 
@@ -587,7 +609,7 @@ class EmbedderConformance:
         images = self.make_images()
         embedder = self.make_embedder()
         together = embedder.embed(images)
-        alone = torch.cat([embedder.embed(images[i:i + 1]) for i in range(images.shape[0])])
+        alone = torch.cat([embedder.embed(images[i : i + 1]) for i in range(images.shape[0])])
         torch.testing.assert_close(alone, together, atol=self.atol, rtol=self.atol)
 
     def test_extreme_and_non_square_images_embed_finitely(self):
@@ -598,8 +620,9 @@ class EmbedderConformance:
         for size in ((h, w), (h, 2 * w), (2 * h, w)):
             images = extreme_images(size)
             emb = embedder.embed(images)
-            assert isinstance(emb, torch.Tensor) and emb.ndim == 2 and emb.shape[0] == len(images), \
+            assert isinstance(emb, torch.Tensor) and emb.ndim == 2 and emb.shape[0] == len(images), (
                 f"{size}: expected [{len(images)}, D], got {tuple(getattr(emb, 'shape', ()))}"
+            )
             assert bool(torch.isfinite(emb).all()), f"{size}: non-finite embeddings for black/white/saturated images"
 
     def test_tells_different_images_apart(self):

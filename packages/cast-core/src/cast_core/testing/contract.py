@@ -12,14 +12,25 @@ DESIGN_EXAMPLE = {
         {"id": "a4", "kind": "object", "entity": "e2", "parents": []},
         {"id": "a5", "kind": "count", "entity": "e2", "value": 1, "parents": ["a4"]},
         {"id": "a6", "kind": "attribute", "entity": "e2", "value": "blue", "parents": ["a4"]},
-        {"id": "a7", "kind": "relation", "entity": "e1", "value": "left of", "other": "e2",
-         "skill": "position", "parents": ["a1", "a4"]},
+        {
+            "id": "a7",
+            "kind": "relation",
+            "entity": "e1",
+            "value": "left of",
+            "other": "e2",
+            "skill": "position",
+            "parents": ["a1", "a4"],
+        },
     ],
 }
 
 #: GenEval 2's questions for the example's atoms, in atom order
 DESIGN_QUESTIONS = [
-    "Are there any circles in the image?", "How many circles are in the image?", "Are the circles red?",
-    "Are there any squares in the image?", "How many squares are in the image?", "Is the square blue?",
+    "Are there any circles in the image?",
+    "How many circles are in the image?",
+    "Are the circles red?",
+    "Are there any squares in the image?",
+    "How many squares are in the image?",
+    "Is the square blue?",
     "Are the circles left of the square?",
 ]

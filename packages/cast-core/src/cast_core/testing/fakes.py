@@ -42,7 +42,9 @@ class _LinearField(torch.nn.Module):
         self.position_delta = torch.nn.Parameter(torch.zeros_like(position_bias, dtype=torch.float32))
         self.checkpointing = False
 
-    def forward(self, latents: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, adapter_on: bool = True) -> torch.Tensor:
+    def forward(
+        self, latents: torch.Tensor, sigma: torch.Tensor, cond: torch.Tensor, adapter_on: bool = True
+    ) -> torch.Tensor:
         if self.checkpointing and torch.is_grad_enabled():
             from torch.utils.checkpoint import checkpoint
 
@@ -76,8 +78,15 @@ class FakePolicy:
 
     target_modules = ("velocity_proj",)
 
-    def __init__(self, image_size: tuple[int, int] = (16, 16), patch: int = 4, rank: int = 2, seed: int = 0,
-                 device: str = "cpu", torch_dtype: str | torch.dtype = torch.float32):
+    def __init__(
+        self,
+        image_size: tuple[int, int] = (16, 16),
+        patch: int = 4,
+        rank: int = 2,
+        seed: int = 0,
+        device: str = "cpu",
+        torch_dtype: str | torch.dtype = torch.float32,
+    ):
         h, w = image_size
         if h % patch or w % patch:
             raise ValueError(f"image_size {image_size} must be divisible by patch={patch}")
@@ -127,8 +136,13 @@ class FakePolicy:
         gh, gw = self.latent_grid(image_size)
         return torch.randn(n, gh * gw, self.channels, generator=generator).to(self.device)
 
-    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor | float, cond: torch.Tensor,
-                 image_size: tuple[int, int] | None = None) -> torch.Tensor:
+    def velocity(
+        self,
+        latents: torch.Tensor,
+        sigma: torch.Tensor | float,
+        cond: torch.Tensor,
+        image_size: tuple[int, int] | None = None,
+    ) -> torch.Tensor:
         self._size(image_size)
         return self._forward(latents, torch.as_tensor(sigma), cond, adapter_on=self._adapter_on)
 
@@ -221,7 +235,9 @@ class ConstantScorer:
         return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps)
 
 
-def simple_graph(prompt: str = "a red circle", noun: str = "circle", colour: str | None = "red", count: int = 1) -> SceneGraph:
+def simple_graph(
+    prompt: str = "a red circle", noun: str = "circle", colour: str | None = "red", count: int = 1
+) -> SceneGraph:
     """A one-entity graph (object, count and optionally colour atoms) for tests."""
     atoms = [Atom("a1", "object", "e1"), Atom("a2", "count", "e1", ("a1",), value=count)]
     if colour:

@@ -13,9 +13,21 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from cast_core.protocols import (OPTIONAL_FEATURES, Calibrated, CalibrationPrompts, DecompositionStats,
-                                 FastInference, GradientCheckpointing, HeatmapNeeds, Identified, OffloadsTextEncoder,
-                                 PerStepWindow, Preparable, WindowHints, self_shards)
+from cast_core.protocols import (
+    OPTIONAL_FEATURES,
+    Calibrated,
+    CalibrationPrompts,
+    DecompositionStats,
+    FastInference,
+    GradientCheckpointing,
+    HeatmapNeeds,
+    Identified,
+    OffloadsTextEncoder,
+    PerStepWindow,
+    Preparable,
+    WindowHints,
+    self_shards,
+)
 from cast_core.errors import CastError
 from cast_core.types import Window
 
@@ -54,21 +66,27 @@ def _check_policy(feature: type, make_policy: Callable[[], Any], prompts: Sequen
             before = policy.velocity(x, torch.tensor(0.5), cond)
             policy.offload_text_encoder()
             after = policy.velocity(x, torch.tensor(0.5), cond)
-        torch.testing.assert_close(after, before, msg=f"{name}: offloading the text encoder changed the velocity of "
-                                                      "conditioning encoded before it")
+        torch.testing.assert_close(
+            after,
+            before,
+            msg=f"{name}: offloading the text encoder changed the velocity of conditioning encoded before it",
+        )
     elif feature is GradientCheckpointing:
         before = _velocity(policy, prompts)
         policy.enable_gradient_checkpointing()
-        torch.testing.assert_close(_velocity(policy, prompts), before, atol=1e-5, rtol=1e-5,
-                                   msg=f"{name}: checkpointing changed the velocity")
+        torch.testing.assert_close(
+            _velocity(policy, prompts), before, atol=1e-5, rtol=1e-5, msg=f"{name}: checkpointing changed the velocity"
+        )
     elif feature is FastInference:
         before = _velocity(policy, prompts)
         with policy.inference():
             fast = _velocity(policy, prompts)
-        torch.testing.assert_close(fast, before, atol=1e-3, rtol=1e-3,
-                                   msg=f"{name}: inference() must give the same velocity up to rounding")
-        assert torch.equal(_velocity(policy, prompts), before), \
+        torch.testing.assert_close(
+            fast, before, atol=1e-3, rtol=1e-3, msg=f"{name}: inference() must give the same velocity up to rounding"
+        )
+        assert torch.equal(_velocity(policy, prompts), before), (
             f"{name}: after inference() the policy must be exactly what it was (e.g. a folded LoRA unfolded)"
+        )
     elif feature is Identified:
         ident = policy.identity
         assert ident is None or (isinstance(ident, str) and ident), f"{name}: identity must be a non-empty str or None"
@@ -76,16 +94,19 @@ def _check_policy(feature: type, make_policy: Callable[[], Any], prompts: Sequen
     elif feature is Calibrated:
         source = policy.calibration_prompts
         if source is not None and not isinstance(source, str):  # a str is a prompt spec (suite:NAME, a file)
-            assert len(source) > 0 and all(isinstance(p, str) and p.strip() for p in source), \
+            assert len(source) > 0 and all(isinstance(p, str) and p.strip() for p in source), (
                 f"{name}: calibration_prompts must be non-empty prompts, got {source!r}"
+            )
     elif feature is WindowHints:
         hints = policy.window_defaults
-        assert isinstance(hints, dict) and set(hints) <= WINDOW_HINT_KEYS, \
+        assert isinstance(hints, dict) and set(hints) <= WINDOW_HINT_KEYS, (
             f"{name}: window_defaults must be a dict of {sorted(WINDOW_HINT_KEYS)}, got {hints!r}"
+        )
 
 
-def _check_selector(feature: type, selector: Any, policy: Any, prompts: Sequence[str],
-                    step_counts: Sequence[int]) -> None:
+def _check_selector(
+    feature: type, selector: Any, policy: Any, prompts: Sequence[str], step_counts: Sequence[int]
+) -> None:
     name = feature.__name__
     if feature is PerStepWindow:
         for n in sorted(set(step_counts) | {1, 2, 3, 4}):
@@ -101,14 +122,18 @@ def _check_selector(feature: type, selector: Any, policy: Any, prompts: Sequence
                 continue
             windows = [selector.select_for_step(policy, list(prompts), n, step=s, seed=0) for s in range(12)]
             for s, w in enumerate(windows):
-                assert isinstance(w, Window) and w.size >= 1 and w.end <= n, \
+                assert isinstance(w, Window) and w.size >= 1 and w.end <= n, (
                     f"{name}: step {s}'s window {w} does not fit {n} steps"
-            backwards = [selector.select_for_step(policy, list(prompts), n, step=s, seed=0) for s in reversed(range(12))]
+                )
+            backwards = [
+                selector.select_for_step(policy, list(prompts), n, step=s, seed=0) for s in reversed(range(12))
+            ]
             assert windows == backwards[::-1], f"{name}: select_for_step must be a pure function of (seed, step)"
     elif feature is CalibrationPrompts:
         chosen = selector.prompts_for(policy, list(prompts))
-        assert isinstance(chosen, list) and chosen and all(isinstance(p, str) and p for p in chosen), \
+        assert isinstance(chosen, list) and chosen and all(isinstance(p, str) and p for p in chosen), (
             f"{name}: prompts_for must return a non-empty list of prompts, got {chosen!r}"
+        )
 
 
 def check_features(kind: str, component: Any, **context: Any) -> list[str]:
@@ -128,8 +153,9 @@ def check_features(kind: str, component: Any, **context: Any) -> list[str]:
             prompt = context["prompts"][0]
             component.decompose(prompt)
             stats = component.stats()
-            assert all(isinstance(k, str) and isinstance(v, int) for k, v in stats.items()) and sum(stats.values()) >= 1, \
-                f"DecompositionStats: stats() must count the prompts decomposed by path, got {stats!r}"
+            assert (
+                all(isinstance(k, str) and isinstance(v, int) for k, v in stats.items()) and sum(stats.values()) >= 1
+            ), f"DecompositionStats: stats() must count the prompts decomposed by path, got {stats!r}"
             path = component.path_of(prompt)
             assert isinstance(path, str) and path in stats, f"DecompositionStats: path_of({prompt!r}) = {path!r}"
         elif feature is HeatmapNeeds:

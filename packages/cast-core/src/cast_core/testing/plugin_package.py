@@ -57,13 +57,18 @@ class PluginPackageConformance:
         module = importlib.import_module(self.plugin_module)
         specs = {name for name, fn in vars(hookspecs).items() if hasattr(fn, "cast_spec")}
         unmarked = sorted(
-            name for name, fn in vars(module).items()
-            if inspect.isfunction(fn) and fn.__module__ == module.__name__
-            and (name in specs or name.startswith("register_")) and not hasattr(fn, "cast_impl")
+            name
+            for name, fn in vars(module).items()
+            if inspect.isfunction(fn)
+            and fn.__module__ == module.__name__
+            and (name in specs or name.startswith("register_"))
+            and not hasattr(fn, "cast_impl")
         )
         assert not unmarked, f"{self.plugin_module}: {', '.join(unmarked)} lack @hookimpl, so cast never calls them"
 
     def test_plugin_module_imports_nothing_heavy(self):
-        code = f"import sys, {self.plugin_module}; print(','.join(m for m in {list(HEAVY_MODULES)!r} if m in sys.modules))"
+        code = (
+            f"import sys, {self.plugin_module}; print(','.join(m for m in {list(HEAVY_MODULES)!r} if m in sys.modules))"
+        )
         heavy = self._run(code).strip()
         assert not heavy, f"importing {self.plugin_module} imported {heavy}; move it behind cast_core.lazy(...)"
