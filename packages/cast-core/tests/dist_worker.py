@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 import cast_core.trainer as trainer_module
+from cast_core.conditioning import PromptCache
 from cast_core.config import TrainConfig
 from cast_core.run_dir import RunDirectory
 from cast_core.sharding import full_tensor
@@ -56,6 +57,9 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     trainer_module.save_checkpoint = lambda *a, **k: (
         (writes.append("checkpoint") if k.get("writer", True) else None) or real_save(*a, **k)
     )
+    encoded: list[str] = []  # the prompts this process encodes (prompt sharing: each once over all processes)
+    real_encode_rows = PromptCache._encode_rows
+    PromptCache._encode_rows = lambda self, new: encoded.extend(new) or real_encode_rows(self, new)
     real_create = RunDirectory.create
     RunDirectory.create = lambda self, c: (writes.append("config") if self.writer else None) or real_create(self, c)
     trainer = Trainer(cfg, run_dir, resume=resume == "resume", log=lambda m: None)
@@ -88,6 +92,7 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     record["adapter"], record["ema"] = adapter, ema
     record["window_measurements"] = ProbeSelector.calls
     record["decomposed"] = decomposed
+    record["encoded"] = encoded
     Path(out, f"rank{record['rank']}.json").write_text(json.dumps(record))
     from cast_core.distributed import leave_without_teardown
 

@@ -99,6 +99,12 @@ def test_two_processes_train_as_one(tmp_path, overrides):
     assert two[0]["last"]["reward_gm"] == pytest.approx(one[0]["last"]["reward_gm"], abs=1e-6)
     assert two[0]["last"]["loss"] == pytest.approx(one[0]["last"]["loss"], abs=1e-6)
     assert two[0]["writes"] == ["config"] + ["checkpoint"] * 3 and two[1]["writes"] == []
+    # the prompts are encoded once in the whole run, shared out between the processes
+    assert sorted(two[0]["encoded"] + two[1]["encoded"]) == sorted(set(one[0]["encoded"])) == sorted(PROMPTS)
+    assert two[0]["encoded"] and two[1]["encoded"]
+
+
+PROMPTS = ["a red circle", "a blue square", "two green triangles"]  # dist_worker's training prompts
 
 
 FSDP = {"ema": 0.9, "micro_batch_size": 2, "max_grad_norm": 0.003}  # EMA, accumulation and clipping on
@@ -147,6 +153,21 @@ def test_fsdp2_on_four_processes_where_some_slices_are_empty(tmp_path):
     assert all(r["sharded"] for r in four) and all(r["adapter"] == four[0]["adapter"] for r in four)
     assert_close_lists(four[0]["adapter"], one[0]["adapter"], atol=1e-5, rtol=1e-4)
     assert_close_lists(four[0]["ema"], one[0]["ema"], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow  # four processes on two cores: ~1 minute
+def test_four_processes_encode_each_prompt_once_before_offloading(tmp_path):
+    """With the text encoder offloaded after pre-encoding, every process needs every prompt: each
+    encodes its share (three prompts over four processes: one each, one process none) and the
+    rows are gathered; the run trains as one process does."""
+    overrides = {"offload_text_encoder": True, "prompts_per_step": 3, "group_size": 4}
+    one = run_workers(tmp_path, 1, overrides, "one")
+    four = run_workers(tmp_path, 4, overrides, "four")
+    encoded = [p for r in four for p in r["encoded"]]
+    assert sorted(encoded) == sorted(one[0]["encoded"]) == sorted(PROMPTS), [r["encoded"] for r in four]
+    assert sorted(len(r["encoded"]) for r in four) == [0, 1, 1, 1]
+    assert all(r["adapter"] == four[0]["adapter"] for r in four)
+    assert_close_lists(four[0]["adapter"], one[0]["adapter"], atol=1e-5, rtol=1e-4)
 
 
 def test_fsdp2_resume_is_bit_identical_and_loads_on_another_process_count(tmp_path):

@@ -209,6 +209,14 @@ class PromptCache:
     of padding it only had because of its batch), and returns the rows for ``prompts`` in order
     on the policy's device. ``max_entries`` bounds the cache (least recently used prompts
     are dropped; 0 = unbounded, used when the text encoder is offloaded after pre-encoding).
+
+    With ``dist`` (a :class:`~cast_core.distributed.Distributed` of several processes) encoding is
+    shared: the prompts any process is missing are split among the processes, each encodes its
+    part, and the rows are gathered, so a run encodes each prompt once in all, not once per
+    process (an 8-process FLUX.2 run would otherwise run its 24B text encoder over every prompt
+    eight times). :meth:`batch` and :meth:`warm` are then collectives: every process calls them
+    the same number of times (the trainer does, once per step); ``collective=False`` encodes
+    locally where only one process calls (the window measurement on the main process).
     """
 
     def __init__(
@@ -219,9 +227,10 @@ class PromptCache:
         store_device: Any = "cpu",
         max_entries: int = 4096,
         who: str = "the policy",
+        dist: Any = None,
     ):
         self.encode, self.device, self.store_device = encode, device, store_device
-        self.max_entries, self.who = int(max_entries), who
+        self.max_entries, self.who, self.dist = int(max_entries), who, dist
         self.rows: OrderedDict[str, Any] = OrderedDict()
         self.encoded = 0  # prompts passed to encode so far (the test of "once per prompt")
 
@@ -231,31 +240,71 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.rows)
 
+    @property
+    def shared(self) -> bool:
+        """Whether encoding is split among several processes (see the class docstring)."""
+        return self.dist is not None and self.dist.active
+
     def warm(
         self, prompts: Sequence[str], batch_size: int = 32, progress: Callable[[int, int], None] | None = None
     ) -> None:
-        """Encode every prompt of ``prompts`` not cached yet, ``batch_size`` at a time."""
+        """Encode every prompt of ``prompts`` not cached yet, ``batch_size`` at a time (shared among
+        the processes, and then a collective, when :attr:`shared`)."""
         todo = list(dict.fromkeys(p for p in prompts if p not in self.rows))
+        if self.shared:
+            self._encode_shared(todo, batch_size, progress=progress)
+            return
         for i in range(0, len(todo), batch_size):
             self._encode(todo[i : i + batch_size])
             if progress:
                 progress(min(i + batch_size, len(todo)), len(todo))
 
-    def _encode(self, new: list[str]) -> None:
+    def _encode_rows(self, new: list[str]) -> dict[str, Any]:
+        """One ``encode`` call: each prompt's own row, trimmed of its batch's padding."""
         cond = check_conditioning(self.encode(new), self.who)
         if num_rows(cond) != len(new):
             raise ValueError(f"{self.who}.encode returned {num_rows(cond)} rows for {len(new)} prompts")
         self.encoded += len(new)
+        rows = {}
         for i, prompt in enumerate(new):
             row = select_rows(cond, [i])
-            if isinstance(row, PromptEmbeds):
-                row = row.trimmed()
+            rows[prompt] = row.trimmed() if isinstance(row, PromptEmbeds) else row
+        return rows
+
+    def _store(self, rows: dict[str, Any]) -> None:
+        for prompt, row in rows.items():
             self.rows[prompt] = row if self.store_device is None else move_to(row, self.store_device)
 
-    def batch(self, prompts: Sequence[str]) -> Any:
+    def _encode(self, new: list[str]) -> None:
+        self._store(self._encode_rows(new))
+
+    def _encode_shared(
+        self, missing: list[str], batch_size: int, progress: Callable[[int, int], None] | None = None
+    ) -> None:
+        """A collective: the union of every process's ``missing`` prompts (one sorted order on all of
+        them) is dealt out round-robin, each process encodes its part ``batch_size`` at a time (0: in
+        one call), and the rows are gathered on the CPU. Every process keeps every row: a prompt a
+        process did not need this step may be its samples' prompt next step (prompts are drawn
+        anew each step), and encoding it again would cost what sharing saved."""
+        union = sorted(set().union(*self.dist.gather_objects(sorted(set(missing)))))
+        mine = union[self.dist.rank :: self.dist.world]
+        rows: dict[str, Any] = {}
+        size = batch_size or max(len(mine), 1)  # 0: this process's whole part in one call
+        for i in range(0, len(mine), size):
+            rows.update(self._encode_rows(mine[i : i + size]))
+            if progress:
+                progress(min(i + size, len(mine)), len(mine))
+        for part in self.dist.gather_objects({p: move_to(r, "cpu") for p, r in rows.items()}):
+            self._store(part)
+
+    def batch(self, prompts: Sequence[str], *, collective: bool = True) -> Any:
+        """Conditioning rows for ``prompts``, in order, on :attr:`device`; prompts not cached yet are
+        encoded first (shared among the processes when :attr:`shared` and ``collective``)."""
         prompts = list(prompts)
         new = list(dict.fromkeys(p for p in prompts if p not in self.rows))
-        if new:
+        if self.shared and collective:
+            self._encode_shared(new, 0)
+        elif new:
             self._encode(new)
         for p in dict.fromkeys(prompts):
             self.rows.move_to_end(p)

@@ -145,6 +145,7 @@ class Trainer:
             device=self.policy_device(),
             who=f"policy {cfg.policy!r}",
             max_entries=0 if cfg.offload_text_encoder else cfg.prompt_cache_size,
+            dist=self.dist,  # several processes: each prompt is encoded by one of them, the rows shared
         )
         if cfg.offload_text_encoder:  # before prepare(): the text encoder leaves before the transformer arrives
             self._encode_all_then_offload()
@@ -418,7 +419,8 @@ class Trainer:
         be encoded again there (a 24B encoder on the CPU takes minutes a batch). The policy object
         itself is used, so its identity (what window caches key on) is unchanged."""
         original = self.policy.encode  # a prompt not cached is encoded by the policy itself, as before
-        self.policy.encode = lambda prompts, image_size=None: self.prompt_cache.batch(list(prompts))
+        # the main process measures alone: a prompt missing from the cache is encoded here, not shared
+        self.policy.encode = lambda prompts, image_size=None: self.prompt_cache.batch(list(prompts), collective=False)
         self.prompt_cache.encode = lambda prompts: original(prompts, image_size=self.image_size)
         try:
             yield
