@@ -8,7 +8,10 @@ are in both):
    prompts, steps, size, batch and generator — target ratio <= 1.05;
 2. the SDE window's extra cost per step: every step in the window (SDE + log-probs) vs none;
 3. for reference, the pipeline with its LoRA layers vs the bare pipeline (what a rank-64
-   adapter costs whoever samples, cast or not).
+   adapter costs whoever samples, cast or not);
+4. with ``--compile``: cast's ODE sampling with every transformer block compiled (``compile =
+   true``, regional torch.compile) vs eager, after one warm-up that compiles. On a CPU and a tiny
+   model this says little about a GPU; it is there so the GPU check reports compile on/off.
 
 Timings are medians of interleaved repeats after one warm-up each. On a tiny model the
 transformer is cheap, so the ratios are an upper bound on the sampler's relative overhead:
@@ -49,7 +52,7 @@ def interleaved(fns: dict, repeats: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, int]) -> dict:
+def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, int], compile: bool = False) -> dict:
     from cast_backbones import policy_classes
     from cast_backbones.tiny import TINY_PIPELINES
     from cast_core.sampling import sample
@@ -60,6 +63,7 @@ def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, i
         warnings.simplefilter("ignore")
         bare = TINY_PIPELINES[name]()
         policy = cls.from_pipeline(TINY_PIPELINES[name](), image_size=size)
+        compiled = cls.from_pipeline(TINY_PIPELINES[name](), image_size=size, compile=True) if compile else None
     for p in (bare, policy.pipe):
         p.set_progress_bar_config(disable=True)
     prompts = ["a photo of a red cat and a blue dog"] * batch
@@ -76,11 +80,11 @@ def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, i
             **extra,
         )
 
-    def ours(window):
+    def ours(window, pol=policy):
         def run():
-            policy._negative = None  # like for like: the pipeline encodes its negative prompt on every call
+            pol._negative = None  # like for like: the pipeline encodes its negative prompt on every call
             return sample(
-                policy,
+                pol,
                 prompts,
                 num_steps=steps,
                 image_size=size,
@@ -97,6 +101,7 @@ def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, i
                 "cast_ode": ours(None),
                 "cast_sde_all_steps": ours(Window(0, steps)),
                 "pipeline_bare": pipeline(bare),
+                **({"cast_ode_compiled": ours(None, compiled)} if compiled is not None else {}),
             },
             repeats,
         )
@@ -107,6 +112,7 @@ def backbone(name: str, repeats: int, batch: int, steps: int, size: tuple[int, i
         "sde_extra_per_step_s": (t["cast_sde_all_steps"] - t["cast_ode"]) / steps,
         "sde_ratio": t["cast_sde_all_steps"] / t["cast_ode"],
         "lora_ratio": t["pipeline_lora"] / t["pipeline_bare"],
+        **({"compile_speedup": t["cast_ode"] / t["cast_ode_compiled"]} if compiled is not None else {}),
         "batch": batch,
         "steps": steps,
         "size": list(size),
@@ -200,19 +206,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--gpu", action="store_true", help="also the real-size training step on cuda")
+    ap.add_argument("--compile", action="store_true", help="also cast's ODE sampling with compiled blocks")
     ap.add_argument("--gpu-model", choices=sorted(GPU_MODELS), default="klein-4b")
     ap.add_argument("--json", dest="json_path")
     a = ap.parse_args()
     torch.manual_seed(0)
     results = {}
     for name in ("flux2", "flux2-klein", "qwen-image"):
-        r = backbone(name, a.repeats, a.batch, a.steps, (64, 64))
+        r = backbone(name, a.repeats, a.batch, a.steps, (64, 64), compile=a.compile)
         results[name] = r
         print(
             f"{name:12s} {a.batch} images x {a.steps} steps at 64x64: pipeline {r['pipeline_lora_s'] * 1e3:.1f} ms, "
             f"cast ODE {r['cast_ode_s'] * 1e3:.1f} ms, ratio {r['ode_ratio']:.3f} (target <= {r['target']}); "
             f"SDE window +{r['sde_extra_per_step_s'] * 1e3:.2f} ms/step ({r['sde_ratio']:.3f}x); "
             f"LoRA layers {r['lora_ratio']:.3f}x the bare pipeline"
+            + (f"; compiled blocks {r['compile_speedup']:.2f}x eager" if "compile_speedup" in r else "")
         )
     if a.gpu:
         results["gpu_training_step"] = g = training_step(a.gpu_model, "cuda")

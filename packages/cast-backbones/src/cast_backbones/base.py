@@ -58,6 +58,32 @@ def resolve_dtype(value: "str | torch.dtype | None") -> "torch.dtype | None":
     return dtype
 
 
+def set_attention_backend(transformer: Any, backend: str) -> None:
+    """diffusers' attention dispatcher backend for ``transformer`` (``native``, ``flash``, ``sage``
+    …), refused in one line naming the choices when the installed diffusers lacks the dispatcher or
+    the backend: a typo must not surface as an error inside the first forward pass."""
+    import diffusers
+
+    try:
+        from diffusers.models.attention_dispatch import AttentionBackendName
+    except ImportError:
+        AttentionBackendName = None  # noqa: N806 - an older diffusers: no dispatcher
+    if AttentionBackendName is None or not hasattr(transformer, "set_attention_backend"):
+        raise ValueError(
+            f"attention_backend={backend!r}: diffusers {diffusers.__version__} has no attention dispatcher; "
+            "upgrade diffusers or leave attention_backend unset"
+        )
+    choices = sorted(b.value for b in AttentionBackendName if not b.value.startswith("_"))
+    if backend not in {b.value for b in AttentionBackendName}:
+        raise ValueError(
+            f"attention_backend={backend!r} is not a diffusers backend; choose one of {', '.join(choices)}"
+        )
+    try:
+        transformer.set_attention_backend(backend)
+    except (RuntimeError, ImportError, ValueError) as err:  # the backend's package or hardware is missing
+        raise ValueError(f"attention_backend={backend!r} cannot run here: {err}") from None
+
+
 class DiffusersPolicy:
     """Base of the FLUX.2 and Qwen-Image policies. Give exactly one of ``path`` (a local
     directory saved by ``save_pretrained``, or a hub id on a machine with network) and
@@ -83,6 +109,8 @@ class DiffusersPolicy:
         lora_targets: Sequence[str] | str | None = None,
         image_size: Sequence[int] | None = None,
         max_sequence_length: int = 512,
+        compile: bool = False,
+        attention_backend: str | None = None,
     ):
         if (path is None) == (pipeline is None):
             raise ValueError(
@@ -129,12 +157,24 @@ class DiffusersPolicy:
             "targets": list(lora_targets) if lora_targets is not None else self.default_lora_targets(self.transformer),
         }
         add_lora(self.transformer, **self.lora)
+        if attention_backend:
+            set_attention_backend(self.transformer, attention_backend)
+        self.compiled = bool(compile)
+        if compile:  # after the adapter exists: the compiled blocks include its LoRA layers
+            for block in self.blocks():
+                block.compile()
         self._forward = self.transformer  # what runs the transformer: DDP's wrapper after prepare()
         self._schedules: dict[tuple, torch.Tensor] = {}
         self._negative: PromptEmbeds | None = None
         # what window caches key on: the model's location (None for a pipeline built in memory,
         # which cast_windows then identifies by class and options)
         self._path = None if path is None else _source(path)
+
+    def blocks(self) -> list[torch.nn.Module]:
+        """The transformer's repeated blocks: what FSDP2 shards one by one and ``compile`` compiles
+        one by one (regional compilation: one compiled graph reused by every block of a kind, so
+        compiling costs seconds, not the minutes of a whole-model graph)."""
+        return [b for name in self.block_lists for b in getattr(self.transformer, name)]
 
     @property
     def identity(self) -> str | None:
@@ -313,7 +353,7 @@ class DiffusersPolicy:
         self.transformer.to(self.device)
         self.pipe.vae.to(self.device)
         if sharding == "fsdp2":
-            blocks = [b for name in self.block_lists for b in getattr(self.transformer, name)]
+            blocks = self.blocks()
             self._forward = fully_shard_module(self.transformer, blocks)
         elif sharding == "accelerate":
             self._forward = accelerator.prepare(self.transformer)

@@ -142,6 +142,12 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(
         False, "recompute the policy's activations in the backward pass (enable_gradient_checkpointing())"
     )
+    compile: bool = _f(
+        False,
+        "compile each transformer block of the policy (regional torch.compile, as diffusers recommends; "
+        "passed as compile=True to a policy factory that takes it); the first steps are slower while "
+        "it compiles",
+    )
     sharding: str = _f(
         "accelerate",
         "how several processes hold the policy: accelerate = as the launcher's accelerate config "

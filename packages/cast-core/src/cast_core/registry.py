@@ -221,6 +221,13 @@ def check_factory_kwargs(kind: str, name: str, kwargs: dict[str, Any], key: str)
         )
 
 
+def factory_takes(kind: str, name: str, key: str) -> bool:
+    """Whether component ``name``'s factory may take the keyword ``key``: named in its signature, or
+    passed on through ``**options`` that no ``__init__`` up the class tree closes."""
+    names, complete = _keywords(_factory_target(kind, name))
+    return key in names or not complete
+
+
 def build_offering(kind: str, name: str, offered: dict[str, Any]) -> Any:
     """:func:`build` with only those of ``offered`` the factory accepts (all of them when it
     takes ``**kwargs``): run-wide settings reach the components that use them."""

@@ -59,6 +59,7 @@ from cast_core.registry import (
     build_offering,
     check_factory_kwargs,
     factory_accepts,
+    factory_takes,
     get_atom_decomposer,
     get_atom_scorer,
     get_policy,
@@ -205,6 +206,13 @@ class Trainer:
                     f'so its weights cannot be held in {cfg.base_dtype}; use base_dtype = "float32"'
                 )
             kwargs.setdefault("torch_dtype", cfg.base_dtype)
+        if cfg.compile:
+            if not factory_takes("policy", cfg.policy, "compile"):
+                raise ConfigError(
+                    f"config key 'compile': policy {cfg.policy!r} takes no compile argument, so cast cannot "
+                    "compile its blocks; set compile = false"
+                )
+            kwargs.setdefault("compile", True)
         device = self.dist.device
         if (
             self.dist.active
