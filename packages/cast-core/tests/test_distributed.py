@@ -117,9 +117,10 @@ def assert_close_lists(a: list, b: list, **tol) -> None:
 
 def test_fsdp2_on_two_processes_trains_as_one_unsharded_process(tmp_path):
     """Each process holds half of every weight (frozen bf16-able base and float32 adapter alike);
-    the update, the clipped global norm, the EMA and the checkpoint are the unsharded run's."""
-    one = run_workers(tmp_path, 1, {**FSDP, "probe_window": True}, "one")
-    two = run_workers(tmp_path, 2, {**FSDP, "probe_window": True, "sharding": "fsdp2"}, "two")
+    the update, the clipped global norm, the EMA and the checkpoint are the unsharded run's.
+    ``sharding = "auto"`` (the backbone recipes') shards over two processes and not on one."""
+    one = run_workers(tmp_path, 1, {**FSDP, "probe_window": True, "sharding": "auto"}, "one")
+    two = run_workers(tmp_path, 2, {**FSDP, "probe_window": True, "sharding": "auto"}, "two")
     assert [r["sharded"] for r in two] == [True, True] and one[0]["sharded"] is False
     # a window measurement runs forward passes, collectives once sharded: every process measures
     assert [r["window_measurements"] for r in two] == [1, 1] and two[0]["steps"][0]["window"] == [1, 3]

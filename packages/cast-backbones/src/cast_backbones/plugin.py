@@ -53,6 +53,9 @@ def _settings(**overrides):
         "precision": "bf16",
         "gradient_checkpointing": True,
         "offload_text_encoder": True,
+        # several processes shard the model (FSDP2) instead of copying it (DDP): every backbone has
+        # >= 4B parameters, 8 GB in bf16 before any activation, once per process under DDP
+        "sharding": "auto",
         "window_kwargs": {"embedder": "clip", "window_size": 2},
         "group_size": 16,
         "prompts_per_step": 4,

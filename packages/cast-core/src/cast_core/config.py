@@ -153,8 +153,9 @@ class TrainConfig:
         "how several processes hold the policy: accelerate = as the launcher's accelerate config "
         "says (DDP: a full copy per process; FSDP2 under an accelerate FSDP config, GPUs only); "
         "fsdp2 = each process a slice of every weight, by torch's fully_shard under any launcher, "
-        "CPU included (the policy's prepare must accept sharding)",
-        choices=("accelerate", "fsdp2"),
+        "CPU included (the policy's prepare must accept sharding); auto = fsdp2 when several processes "
+        "train a policy that shards itself, else accelerate (the backbone recipes' setting)",
+        choices=("accelerate", "fsdp2", "auto"),
     )
     # -- optimizer ----------------------------------------------------------------------------
     lr: float = _f(1e-4, "AdamW learning rate", low=0.0, high=1.0, low_open=True)

@@ -235,7 +235,11 @@ class Trainer:
         """The policy's own wrapping for the run (``prepare``), with ``sharding`` passed on when
         it is not the default; ``None`` for a policy without ``prepare``."""
         cfg = self.config
-        if cfg.sharding == "accelerate":
+        sharding = cfg.sharding
+        if sharding == "auto":  # DDP would hold a full copy of the model on every process
+            sharding = "fsdp2" if self.dist.active and self_shards(self.policy) else "accelerate"
+            self.log(f"sharding: auto -> {sharding}")
+        if sharding == "accelerate":
             return self.policy.prepare(self.accelerator) if isinstance(self.policy, Preparable) else None
         if not self.dist.active:
             raise ConfigError(
@@ -248,7 +252,7 @@ class Trainer:
                 f"config key 'sharding': policy {cfg.policy!r} cannot shard itself (its prepare() "
                 f'takes no sharding argument); use sharding = "accelerate"'
             )
-        return self.policy.prepare(self.accelerator, sharding=cfg.sharding)
+        return self.policy.prepare(self.accelerator, sharding=sharding)
 
     def _encode_all_then_offload(self) -> None:
         """Encode every training prompt, then let the policy release its text encoder — all
