@@ -15,35 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cast_core.testing.fakes import fake_run_args
 from conftest import run_cast
 
 PROMPTS = ["a red circle", "a blue square", "two green triangles"]
-FAKE = [
-    "--plugin",
-    "cast",
-    "--window",
-    "none",
-    "--policy",
-    "fake",
-    "--scorer",
-    "left-brightness",
-    "--decomposer",
-    "fake",
-    "--projector",
-    "spatial",
-    "--set",
-    f"prompts={json.dumps(PROMPTS)}",
-    "--set",
-    "group_size=4",
-    "--set",
-    "num_steps=4",
-    "--set",
-    "window_size=2",
-    "--set",
-    "sample_every=0",
-    "--set",
-    "checkpoint_every=1",
-]
+FAKE = fake_run_args(prompts=PROMPTS, group_size=4, num_steps=4, window_size=2, sample_every=0, checkpoint_every=1)
 
 
 def _png_chunk(kind: bytes, data: bytes) -> bytes:

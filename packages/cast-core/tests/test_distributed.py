@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from cast_core.checkpoints import latest_checkpoint
 from cast_core.launch import free_port
+from cast_core.testing.fakes import fake_run_args
 
 HERE = Path(__file__).parent
 
@@ -189,36 +190,17 @@ def cast_train(n: int, *args: str) -> list[str]:
 
 
 TRAIN_ARGS = [
-    "--plugin",
-    "cast",
-    "--window",
-    "none",
-    "--policy",
-    "fake",
-    "--scorer",
-    "left-brightness",
-    "--decomposer",
-    "fake",
-    "--projector",
-    "spatial",
-    "--set",
-    'prompts=["a red circle", "a blue square", "two green triangles"]',
-    "--set",
-    "group_size=4",
-    "--set",
-    "prompts_per_step=2",
-    "--set",
-    "num_steps=6",
-    "--set",
-    "window_size=3",
-    "--set",
-    "lr=0.05",
-    "--set",
-    "clip_range=0.2",
-    "--set",
-    "checkpoint_every=1",
-    "--set",
-    "sample_every=0",
+    *fake_run_args(
+        prompts=PROMPTS,
+        group_size=4,
+        prompts_per_step=2,
+        num_steps=6,
+        window_size=3,
+        lr=0.05,
+        clip_range=0.2,
+        checkpoint_every=1,
+        sample_every=0,
+    ),
     "--steps",
     "40",
 ]

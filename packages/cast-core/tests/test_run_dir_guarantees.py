@@ -5,7 +5,6 @@ one writer at a time, Ctrl-C ending with a checkpoint, and SIGKILL at every poin
 checkpoint write."""
 
 import hashlib
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,7 @@ from cast_core.checkpoints import find_intact_checkpoint, step_dirs, verify_chec
 from cast_core.errors import CastError
 from cast_core.report import write_report
 from cast_core.run_dir import read_metrics
+from cast_core.testing.fakes import fake_run_args
 from cast_core.trainer import Trainer
 from tests.test_trainer import PROMPTS, adapter, fake_config, quiet
 
@@ -191,36 +191,16 @@ def test_sigkill_inside_a_checkpoint_write_then_resume_matches_a_straight_run(tm
 
 
 def test_ctrl_c_ends_with_a_checkpoint_and_exit_130_then_resumes_identically(tmp_path):
-    args = [
-        "--plugin",
-        "cast",
-        "--window",
-        "none",
-        "--policy",
-        "fake",
-        "--scorer",
-        "left-brightness",
-        "--decomposer",
-        "fake",
-        "--projector",
-        "spatial",
-        "--set",
-        f"prompts={json.dumps(PROMPTS)}",
-        "--set",
-        "group_size=8",
-        "--set",
-        "num_steps=6",
-        "--set",
-        "window_size=3",
-        "--set",
-        "lr=0.05",
-        "--set",
-        "clip_range=0.2",
-        "--set",
-        "checkpoint_every=1000",
-        "--set",
-        "sample_every=0",
-    ]
+    args = fake_run_args(
+        prompts=PROMPTS,
+        group_size=8,
+        num_steps=6,
+        window_size=3,
+        lr=0.05,
+        clip_range=0.2,
+        checkpoint_every=1000,
+        sample_every=0,
+    )
     code = "from cast_core.cli import main; main()"
     run = tmp_path / "run"
     proc = subprocess.Popen(

@@ -19,6 +19,7 @@ from cast_core.checkpoints import checkpoint_dirs, latest_checkpoint
 from cast_core.cli import cli
 from cast_core.config import ConfigError, TrainConfig
 from cast_core.sde import sde_step
+from cast_core.testing.fakes import fake_run_args
 from cast_core.trainer import Trainer
 
 PROMPTS = ["a red circle", "a blue square", "two green triangles"]
@@ -114,36 +115,17 @@ def test_resume_is_bit_identical(tmp_path):
 def test_sigkill_then_resume_matches_a_straight_run(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     args = [
-        "--plugin",
-        "cast",
-        "--window",
-        "none",
-        "--policy",
-        "fake",
-        "--scorer",
-        "left-brightness",
-        "--decomposer",
-        "fake",
-        "--projector",
-        "spatial",
-        "--set",
-        f"prompts={json.dumps(PROMPTS)}",
-        "--set",
-        "group_size=8",
-        "--set",
-        "num_steps=6",
-        "--set",
-        "window_size=3",
-        "--set",
-        "lr=0.05",
-        "--set",
-        "clip_range=0.2",
-        "--set",
-        "checkpoint_every=1",
-        "--set",
-        "sample_every=0",
-        "--set",
-        "ema=0.99",
+        *fake_run_args(
+            prompts=PROMPTS,
+            group_size=8,
+            num_steps=6,
+            window_size=3,
+            lr=0.05,
+            clip_range=0.2,
+            checkpoint_every=1,
+            sample_every=0,
+            ema=0.99,
+        ),
         "--steps",
         "150",
     ]  # 0.99: remembers past the kill

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -273,3 +273,22 @@ class LeftBrightnessScorer:
         scores = [left[i].clamp(0, 1).expand(len(g.atoms)).clone() for i, g in enumerate(graphs)]
         maps = [mask.expand(len(g.atoms), h, w).clone() for g in graphs] if heatmaps else None
         return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps)
+
+
+#: ``cast train`` components of a small run on the fake policy (every part built in, no plugin)
+FAKE_RUN_COMPONENTS = (
+    "--recipe", "cast", "--window", "none", "--policy", "fake", "--scorer", "left-brightness",
+    "--decomposer", "fake", "--projector", "spatial",
+)  # fmt: skip
+
+
+def fake_run_args(**settings: Any) -> list[str]:
+    """``cast train`` arguments of a small run on the fake policy: :data:`FAKE_RUN_COMPONENTS` and
+    one ``--set KEY=VALUE`` (a TOML value) per setting. Tests of whole runs (resume, Ctrl-C,
+    several processes, bad input) start from the same command line, written once."""
+    from cast_core.config import toml_value
+
+    args = list(FAKE_RUN_COMPONENTS)
+    for key, value in settings.items():
+        args += ["--set", f"{key}={toml_value(value)}"]
+    return args
