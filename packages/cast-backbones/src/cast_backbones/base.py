@@ -66,8 +66,8 @@ def set_attention_backend(transformer: Any, backend: str) -> None:
 
     try:
         from diffusers.models.attention_dispatch import AttentionBackendName
-    except ImportError:
-        AttentionBackendName = None  # noqa: N806 - an older diffusers: no dispatcher
+    except ImportError:  # an older diffusers: no dispatcher
+        AttentionBackendName = None
     if AttentionBackendName is None or not hasattr(transformer, "set_attention_backend"):
         raise ValueError(
             f"attention_backend={backend!r}: diffusers {diffusers.__version__} has no attention dispatcher; "

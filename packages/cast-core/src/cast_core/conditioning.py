@@ -287,6 +287,8 @@ class PromptCache:
         process did not need this step may be its samples' prompt next step (prompts are drawn
         anew each step), and encoding it again would cost what sharing saved."""
         union = sorted(set().union(*self.dist.gather_objects(sorted(set(missing)))))
+        if not union:  # every process has every prompt (most steps): no second collective
+            return
         mine = union[self.dist.rank :: self.dist.world]
         rows: dict[str, Any] = {}
         size = batch_size or max(len(mine), 1)  # 0: this process's whole part in one call

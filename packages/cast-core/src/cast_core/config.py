@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from cast_core.errors import CastError, ConfigError  # noqa: F401 - ConfigError is imported from here too
+from cast_core.errors import ConfigError  # defined there (the registry raises it); imported from here too
 
 try:
     import tomllib

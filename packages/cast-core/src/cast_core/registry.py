@@ -177,17 +177,6 @@ def _factory_target(kind: str, name: str) -> Any:
     return factory.resolve() if hasattr(factory, "resolve") else factory
 
 
-def factory_accepts(kind: str, name: str) -> tuple[set[str], bool]:
-    """The keyword names component ``name``'s factory takes, and whether it takes ``**kwargs``:
-    the trainer offers a component the run's settings it may use (``lam``, ``torch_dtype``,
-    ``device``) and passes only those it names."""
-    try:
-        params = inspect.signature(_factory_target(kind, name)).parameters
-    except (TypeError, ValueError):
-        return set(), False
-    return set(params), any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 def _keywords(target: Any) -> tuple[set[str], bool]:
     """The keyword names ``target`` accepts, and whether that list is complete: a class whose
     ``__init__`` passes ``**options`` up to its base is followed up the MRO (the backbone
@@ -229,10 +218,10 @@ def factory_takes(kind: str, name: str, key: str) -> bool:
 
 
 def build_offering(kind: str, name: str, offered: dict[str, Any]) -> Any:
-    """:func:`build` with only those of ``offered`` the factory accepts (all of them when it
-    takes ``**kwargs``): run-wide settings reach the components that use them."""
-    names, takes_any = factory_accepts(kind, name)
-    return build(kind, name, **(offered if takes_any else {k: v for k, v in offered.items() if k in names}))
+    """:func:`build` with only those of ``offered`` the factory accepts (all of them when its
+    ``**kwargs`` stay open): run-wide settings reach the components that use them."""
+    names, complete = _keywords(_factory_target(kind, name))
+    return build(kind, name, **({k: v for k, v in offered.items() if k in names} if complete else offered))
 
 
 def protocol_members(protocol: type) -> list[str]:

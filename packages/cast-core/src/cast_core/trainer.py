@@ -58,7 +58,6 @@ from cast_core.protocols import (
 from cast_core.registry import (
     build_offering,
     check_factory_kwargs,
-    factory_accepts,
     factory_takes,
     get_atom_decomposer,
     get_atom_scorer,
@@ -198,9 +197,8 @@ class Trainer:
         """The policy with the run's base dtype, and on this process's GPU in a multi-GPU run."""
         cfg = self.config
         kwargs = dict(cfg.policy_kwargs)
-        names, takes_any = factory_accepts("policy", cfg.policy)
         if cfg.base_dtype != "float32":
-            if not (takes_any or "torch_dtype" in names):
+            if not factory_takes("policy", cfg.policy, "torch_dtype"):
                 raise ConfigError(
                     f"config key 'base_dtype': policy {cfg.policy!r} takes no torch_dtype argument, "
                     f'so its weights cannot be held in {cfg.base_dtype}; use base_dtype = "float32"'
@@ -217,7 +215,7 @@ class Trainer:
         if (
             self.dist.active
             and device.type == "cuda"
-            and (takes_any or "device" in names)
+            and factory_takes("policy", cfg.policy, "device")
             and str(kwargs.get("device", "cuda")) == "cuda"
         ):
             kwargs["device"] = str(device)  # rank k computes on cuda:k
