@@ -16,6 +16,7 @@ import torch
 
 from cast_backbones.base import DiffusersPolicy
 from cast_backbones.lora import flux2_targets
+from cast_backbones.plan_models import build_for_plan
 from cast_core.conditioning import PromptEmbeds
 
 __all__ = ["Flux2Policy", "Flux2KleinPolicy"]
@@ -48,6 +49,7 @@ class Flux2Policy(DiffusersPolicy):
         self._grid_ids: dict[tuple[int, int], torch.Tensor] = {}
 
     default_lora_targets = staticmethod(flux2_targets)
+    build_for_plan = classmethod(build_for_plan)  # `cast plan`: real size on the meta device
 
     def identity_options(self) -> dict:
         return {**super().identity_options(), "guidance_scale": self.guidance_scale, "out_layers": self.out_layers}

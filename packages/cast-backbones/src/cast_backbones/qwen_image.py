@@ -20,6 +20,7 @@ import torch
 
 from cast_backbones.base import DiffusersPolicy
 from cast_backbones.lora import qwen_image_targets
+from cast_backbones.plan_models import build_for_plan
 from cast_core.conditioning import PromptEmbeds
 
 __all__ = ["QwenImagePolicy"]
@@ -36,6 +37,7 @@ class QwenImagePolicy(DiffusersPolicy):
         self.negative_prompt = str(negative_prompt)
 
     default_lora_targets = staticmethod(qwen_image_targets)
+    build_for_plan = classmethod(build_for_plan)  # `cast plan`: real size on the meta device
 
     def identity_options(self) -> dict:
         return {

@@ -117,6 +117,7 @@ def _add_core_commands() -> None:
     from cast_core.commands.compare import compare_command
     from cast_core.commands.decompose import decompose_command
     from cast_core.commands.eval import eval_command
+    from cast_core.commands.plan import plan_command
     from cast_core.commands.report import report_command
     from cast_core.commands.sample import sample_command
     from cast_core.commands.score import score_command
@@ -132,6 +133,7 @@ def _add_core_commands() -> None:
         report_command,
         signal_command,
         compare_command,
+        plan_command,
     ):
         cli.add_command(command)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from cast_core.scene_graph import ATOM_KINDS, RELATION_SKILLS, Atom, Entity, SceneGraph
-from cast_core.types import AdvantageMap, AtomScores, Recipe, Rollout, Window
+from cast_core.types import AdvantageMap, AtomScores, PlanSubject, Recipe, Rollout, Window
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -33,6 +33,7 @@ __all__ = [
     "SelfSharding",
     "OffloadsTextEncoder",
     "GradientCheckpointing",
+    "Plannable",
     "FastInference",
     "Identified",
     "Calibrated",
@@ -50,6 +51,7 @@ __all__ = [
     "Rollout",
     "AdvantageMap",
     "Recipe",
+    "PlanSubject",
     "ATOM_KINDS",
     "RELATION_SKILLS",
 ]
@@ -236,6 +238,25 @@ class GradientCheckpointing(Protocol):
 
 
 @runtime_checkable
+class Plannable(Protocol):
+    """A policy that can be built at real size without weights, so that ``cast plan`` traces
+    the memory of a run before launch (and ``cast train`` refuses one that cannot fit).
+
+    ``build_for_plan`` is a classmethod: planning never loads a model. It builds the policy on
+    PyTorch's meta device with the factory keyword arguments a run would pass (``torch_dtype``,
+    the LoRA options, ``image_size`` …; ``path`` and devices are ignored) and returns a
+    :class:`~cast_core.types.PlanSubject`. ``architecture`` names the model to plan (a name the
+    policy knows, such as ``flux2-dev``, or a model directory whose configs it reads); ``None``
+    means the policy's default. The tracer then runs one sampling batch, one decode and one
+    training micro-step through the policy's own ``velocity`` and ``decode`` on fake tensors
+    (:mod:`cast_core.memory_plan`)."""
+
+    @classmethod
+    def build_for_plan(cls, architecture: str | None = None, **policy_kwargs: Any) -> PlanSubject:
+        """The policy at ``architecture``'s real size on the meta device, with the run's options."""
+
+
+@runtime_checkable
 class FastInference(Protocol):
     """A policy with a faster gradient-free mode (:func:`cast_core.sampling.ode_images`, never
     training's sampler)."""
@@ -316,6 +337,7 @@ OPTIONAL_FEATURES: dict[str, tuple[type, ...]] = {
         Preparable,
         OffloadsTextEncoder,
         GradientCheckpointing,
+        Plannable,
         FastInference,
         Identified,
         Calibrated,

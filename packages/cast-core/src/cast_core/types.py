@@ -159,3 +159,39 @@ class ScoredGroups:
     projector_stats: list[dict] = field(default_factory=list)
     scorer_failures: int = 0
     reward_stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class PlanSubject:
+    """A policy at real size without weights, as ``cast plan`` traces it (what a
+    :class:`~cast_core.protocols.Plannable` policy's ``build_for_plan`` returns).
+
+    Built on PyTorch's meta device: every parameter and buffer of ``modules`` has its real shape
+    and dtype and no memory. The tracer (:mod:`cast_core.memory_trace`) turns them into fake
+    tensors on the trace device, then calls ``place(device)`` so that the policy computes there
+    (its ``device`` attribute, conditioning it caches such as a negative prompt's).
+
+    * ``policy`` — the policy object itself: the plan runs its own ``initial_noise``,
+      ``velocity``, ``decode``, ``trainable_parameters`` and ``enable_gradient_checkpointing``;
+    * ``modules`` — what sits on the accelerator during training, by name (a backbone's
+      transformer and VAE; not a text encoder that has been offloaded);
+    * ``conditioning(n)`` — ``n`` rows of conditioning as ``encode`` would return them (the
+      plan builds no text encoder); called on the trace device;
+    * ``shard_units`` / ``shard_root`` — what FSDP2 wraps one by one, then last (the blocks and
+      the transformer, as the policy's ``prepare(sharding="fsdp2")`` does); ``shard_root=None``
+      when the policy cannot shard itself;
+    * ``text_encoder`` — facts for the start-up and host-RAM lines: ``name``, ``parameters``,
+      ``bytes`` (at the run's dtype); empty when the policy has none;
+    * ``architecture`` — a label for the output (e.g. ``flux2-dev``); ``notes`` — what the
+      builder assumed (the text length, a guidance mode), printed with the plan.
+    """
+
+    policy: Any
+    modules: Mapping[str, "torch.nn.Module"]
+    conditioning: Any  # Callable[[int], conditioning]
+    place: Any  # Callable[[torch.device], None]
+    shard_units: "list[torch.nn.Module]" = field(default_factory=list)
+    shard_root: "torch.nn.Module | None" = None
+    text_encoder: Mapping[str, Any] = field(default_factory=dict)
+    architecture: str = ""
+    notes: list[str] = field(default_factory=list)
