@@ -5,6 +5,8 @@ same diffusers LoRA file."""
 import os
 import warnings
 
+import pytest
+
 from safetensors.torch import load_file
 
 from cast_core.checkpoints import latest_checkpoint
@@ -93,3 +95,44 @@ def test_two_sharded_processes_train_as_one(tmp_path):
     for key in a:
         assert a[key].shape == b[key].shape  # full tensors, not one process's slice
         assert float((a[key] - b[key]).abs().max()) <= 1e-5, key
+
+
+def _first_step_adapters(tmp_path, processes):
+    """The adapter after one step, loaded the plain way (every process a full copy, sliced in
+    prepare) and sharded at load (meta device, each process reads its own rows)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tiny_pipeline("flux2").save_pretrained(tmp_path / "model")
+    common = [*ARGS, "--set", f"policy_kwargs.path={tmp_path / 'model'}", "--set", 'sharding="fsdp2"']
+    common += ["--steps", "1", "--set", "checkpoint_every=1"]
+    out = {}
+    for name, load_sharded in (("plain", "false"), ("sharded", "true")):
+        run = cast_train(
+            *common,
+            "--set",
+            f"policy_kwargs.load_sharded={load_sharded}",
+            "--out",
+            str(tmp_path / name),
+            processes=processes,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert ("loading: sharded" in run.stderr) == (load_sharded == "true")
+        out[name] = load_file(str(latest_checkpoint(tmp_path / name) / "adapter" / "pytorch_lora_weights.safetensors"))
+    return out["plain"], out["sharded"]
+
+
+def _assert_same_first_step(plain, sharded):
+    assert plain.keys() == sharded.keys() and len(plain) > 0
+    assert max(float(v.abs().max()) for k, v in plain.items() if "lora_B" in k) > 1e-4  # one real step
+    for key in plain:
+        assert plain[key].shape == sharded[key].shape
+        assert float((plain[key] - sharded[key]).abs().max()) <= 1e-6, key
+
+
+def test_loading_sharded_gives_the_plain_paths_first_step_on_two_processes(tmp_path):
+    _assert_same_first_step(*_first_step_adapters(tmp_path, 2))
+
+
+@pytest.mark.slow
+def test_loading_sharded_gives_the_plain_paths_first_step_on_four_processes(tmp_path):
+    _assert_same_first_step(*_first_step_adapters(tmp_path, 4))

@@ -20,6 +20,8 @@ Three choices that keep a 32B model trainable:
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
 import os
 import warnings
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import torch
 
+from cast_backbones.loading import draw_lora_seed, init_lora_, load_transformer_sharded
 from cast_backbones.lora import add_lora, load_lora, lora_parameters, save_lora
 from cast_core.conditioning import PromptEmbeds
 from cast_core.sharding import fully_shard_module
@@ -47,6 +50,23 @@ def resolve_device(value: "str | torch.device") -> torch.device:
     if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return device
+
+
+def _component(source: Path, index: dict, name: str, dtype: torch.dtype, device: torch.device) -> Any:
+    """One pipeline component by its own class (``model_index.json`` names it), placed on a GPU
+    as it is read (``device_map``) rather than copied there from host memory afterwards."""
+    library, class_name = index[name]
+    component_class = getattr(importlib.import_module(library), class_name)
+    kwargs: dict[str, Any] = {"torch_dtype": dtype}
+    if device.type != "cpu":
+        kwargs["device_map"] = {"": str(device)}
+    return component_class.from_pretrained(str(source / name), **kwargs)
+
+
+def _process_count() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def resolve_dtype(value: "str | torch.dtype | None") -> "torch.dtype | None":
@@ -111,6 +131,7 @@ class DiffusersPolicy:
         max_sequence_length: int = 512,
         compile: bool = False,
         attention_backend: str | None = None,
+        load_sharded: bool = False,
     ):
         if (path is None) == (pipeline is None):
             raise ValueError(
@@ -118,7 +139,19 @@ class DiffusersPolicy:
                 "and pipeline= (a built diffusers pipeline)"
             )
         dtype = resolve_dtype(torch_dtype)
-        if pipeline is None:
+        self.device = resolve_device(device)
+        lora_seed = draw_lora_seed()  # the one draw from the global stream, made by every path
+        self.sharded_at_load = bool(load_sharded) and path is not None and _process_count() > 1
+        if self.sharded_at_load:
+            pipeline = self._load_sharded(
+                path,
+                dtype,
+                self.device,
+                resolve_device(text_encoder_device) if text_encoder_device is not None else self.device,
+                lambda t: add_lora(t, **self._lora_options(t, lora_rank, lora_alpha, lora_targets)),
+                lora_seed,
+            )
+        elif pipeline is None:
             pipeline = self._load(path, dtype)
         elif dtype is not None:
             for component in (pipeline.transformer, pipeline.text_encoder, pipeline.vae):
@@ -128,17 +161,18 @@ class DiffusersPolicy:
             raise TypeError(f"{type(self).__name__} needs a {expected.__name__}, got {type(pipeline).__name__}")
         self.pipe = pipeline
         self.transformer = pipeline.transformer
-        self.transformer.requires_grad_(False)
+        if not self.sharded_at_load:  # the sharded loader froze the base before adding the adapter
+            self.transformer.requires_grad_(False)
         # the frozen base's dtype, read once: diffusers' ModelMixin.dtype walks every module, which
         # cost ~5% of a tiny model's sampling step when read per forward pass
         self.dtype = self.transformer.dtype
         pipeline.vae.requires_grad_(False)
         pipeline.text_encoder.requires_grad_(False)
-        self.device = resolve_device(device)
         self.text_encoder_device = (
             resolve_device(text_encoder_device) if text_encoder_device is not None else self.device
         )
-        self.transformer.to(self.device)
+        if not self.sharded_at_load:  # the sharded transformer is already on its device
+            self.transformer.to(self.device)
         pipeline.vae.to(self.device)
         pipeline.text_encoder.to(self.text_encoder_device)
         self.max_sequence_length = int(max_sequence_length)
@@ -149,14 +183,11 @@ class DiffusersPolicy:
             else (pipeline.default_sample_size * pipeline.vae_scale_factor,) * 2
         )
         self.default_image_size = self._check_size(size)
-        if isinstance(lora_targets, str):
-            lora_targets = [t.strip() for t in lora_targets.split(",") if t.strip()]
-        self.lora = {
-            "rank": int(lora_rank),
-            "alpha": float(lora_alpha if lora_alpha is not None else 2 * lora_rank),
-            "targets": list(lora_targets) if lora_targets is not None else self.default_lora_targets(self.transformer),
-        }
-        add_lora(self.transformer, **self.lora)
+        self.lora = self._lora_options(self.transformer, lora_rank, lora_alpha, lora_targets)
+        if not self.sharded_at_load:  # the sharded path added and drew its adapter while loading
+            with torch.random.fork_rng(devices=[]):  # peft's own draws must not move the global stream
+                add_lora(self.transformer, **self.lora)
+            init_lora_(self.transformer, lora_seed)
         if attention_backend:
             set_attention_backend(self.transformer, attention_backend)
         self.compiled = bool(compile)
@@ -205,13 +236,18 @@ class DiffusersPolicy:
         return cls(path, torch_dtype=torch_dtype, **options)
 
     @classmethod
-    def _load(cls, path: str | Path, dtype: "torch.dtype | None") -> Any:
+    def _checked_source(cls, path: str | Path) -> str:
         source = _source(path)
         if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
             raise FileNotFoundError(
                 f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
                 f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)"
             )
+        return source
+
+    @classmethod
+    def _load(cls, path: str | Path, dtype: "torch.dtype | None") -> Any:
+        source = cls._checked_source(path)
         with (
             warnings.catch_warnings()
         ):  # diffusers >= 0.42 renames torch_dtype to dtype; older ones know only torch_dtype
@@ -225,6 +261,47 @@ class DiffusersPolicy:
                     f"{cls.__name__}: {path} is neither a local pipeline directory nor a hub id "
                     f"that could be loaded here ({str(err).splitlines()[0]})"
                 ) from None
+
+    @classmethod
+    def _lora_options(cls, transformer, rank, alpha, targets) -> dict:
+        if isinstance(targets, str):
+            targets = [t.strip() for t in targets.split(",") if t.strip()]
+        return {
+            "rank": int(rank),
+            "alpha": float(alpha if alpha is not None else 2 * rank),
+            "targets": list(targets) if targets is not None else cls.default_lora_targets(transformer),
+        }
+
+    @classmethod
+    def _load_sharded(cls, path, dtype, device, text_encoder_device, add_adapter, lora_seed) -> Any:
+        """The pipeline with its transformer built on the meta device, sharded, and only this
+        process's slice of each weight read (:mod:`cast_backbones.loading`); the text encoder
+        and VAE loaded by their own classes, on a GPU straight to it (``device_map``), not
+        through a host copy per process."""
+        source = Path(cls._checked_source(path))
+        index = json.loads((source / "model_index.json").read_text())
+        library, class_name = index["transformer"]
+        transformer_class = getattr(importlib.import_module(library), class_name)
+        transformer = load_transformer_sharded(
+            transformer_class,
+            source / "transformer",
+            dtype=dtype or torch.float32,
+            device=device,
+            add_adapter=add_adapter,
+            blocks=lambda t: [b for name in cls.block_lists for b in getattr(t, name)],
+            lora_seed=lora_seed,
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
+            components = {
+                name: _component(source, index, name, dtype or torch.float32, where)
+                for name, where in (("text_encoder", text_encoder_device), ("vae", device))
+            }
+            pipeline = cls.pipeline_class().from_pretrained(
+                str(source), transformer=None, **components, torch_dtype=dtype or torch.float32
+            )
+        pipeline.register_modules(transformer=transformer)
+        return pipeline
 
     @staticmethod
     def default_lora_targets(transformer) -> list[str]:
@@ -350,6 +427,16 @@ class DiffusersPolicy:
         (``sharding="fsdp2"``: frozen bf16 base and float32 adapter alike). The text encoder
         stays on ``text_encoder_device``: the trainer encodes and offloads it before this."""
         self.device = torch.device(accelerator.device)
+        if self.sharded_at_load:
+            if sharding != "fsdp2":
+                raise ValueError(
+                    f"{type(self).__name__} was loaded sharded (load_sharded=True), so it trains only with "
+                    f'sharding = "fsdp2"; set policy_kwargs.load_sharded = false for sharding = "{sharding}"'
+                )
+            self.transformer.to(self.device)  # a no-op when loaded there (the trainer loads it on its device)
+            self.pipe.vae.to(self.device)
+            self._forward = self.transformer
+            return self._forward
         self.transformer.to(self.device)
         self.pipe.vae.to(self.device)
         if sharding == "fsdp2":

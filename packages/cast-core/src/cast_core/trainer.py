@@ -211,6 +211,18 @@ class Trainer:
                     "compile its blocks; set compile = false"
                 )
             kwargs.setdefault("compile", True)
+        if (
+            self.dist.active
+            and cfg.sharding in ("fsdp2", "auto")
+            and factory_takes("policy", cfg.policy, "load_sharded")
+        ):  # each process reads only its slice of the weights: no full copy per process
+            kwargs.setdefault("load_sharded", True)
+            if (
+                kwargs["load_sharded"]
+                and self.dist.device.type == "cuda"
+                and factory_takes("policy", cfg.policy, "device")
+            ):
+                kwargs["device"] = str(self.dist.device)  # a 1/N slice fits beside the text encoder
         device = self.dist.device
         if (
             self.dist.active
@@ -220,6 +232,8 @@ class Trainer:
         ):
             kwargs["device"] = str(device)  # rank k computes on cuda:k
         policy = get_policy(cfg.policy, **kwargs)
+        if getattr(policy, "sharded_at_load", False):
+            self.log("loading: sharded (each process built the transformer on the meta device and read only its slice)")
         if cfg.gradient_checkpointing:
             if not isinstance(policy, GradientCheckpointing):
                 raise ConfigError(
