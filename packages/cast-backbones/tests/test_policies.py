@@ -14,6 +14,10 @@ class _Tiny(PolicyConformance):
     policy_name = ""
     num_steps = 3
 
+    @property
+    def plan_architecture(self):  # the Plannable check traces the tiny model's plan, not 32B
+        return f"{self.policy_name}-tiny"
+
     def make_policy(self):
         return tiny_policy(self.policy_name, lora_rank=4)
 

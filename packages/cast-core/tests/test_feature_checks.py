@@ -16,6 +16,7 @@ from cast_core.protocols import (
     HeatmapNeeds,
     OffloadsTextEncoder,
     PerStepWindow,
+    Plannable,
     Preparable,
     self_shards,
 )
@@ -29,12 +30,13 @@ PROMPTS = ("a red circle", "two blue squares")
 
 def test_the_fake_policy_declares_and_passes_its_features():
     policy = FakePolicy()
-    assert features_of("policy", policy) == [Preparable, OffloadsTextEncoder, GradientCheckpointing]
+    assert features_of("policy", policy) == [Preparable, OffloadsTextEncoder, GradientCheckpointing, Plannable]
     assert self_shards(policy)
     assert check_features("policy", policy, make_policy=FakePolicy, prompts=PROMPTS) == [
         "Preparable",
         "OffloadsTextEncoder",
         "GradientCheckpointing",
+        "Plannable",
     ]
 
 
@@ -200,3 +202,43 @@ def test_a_policy_without_the_feature_is_refused_in_one_line(tmp_path):
     )
     with pytest.raises(ConfigError, match="sharding"):
         Trainer(cfg, tmp_path / "run", log=lambda m: None)
+
+
+class PlansOnTheCpu(FakePolicy):
+    """build_for_plan that forgets the meta device: planning would allocate the model."""
+
+    @classmethod
+    def build_for_plan(cls, architecture=None, **kwargs):
+        subject = FakePolicy.build_for_plan(architecture, **kwargs)
+        subject.policy.field.to_empty(device="cpu")
+        return subject
+
+
+class PlansWithoutTheAdapter(FakePolicy):
+    """A planned velocity that never reaches the adapter: no gradient would ever be traced."""
+
+    @classmethod
+    def build_for_plan(cls, architecture=None, **kwargs):
+        subject = FakePolicy.build_for_plan(architecture, **kwargs)
+        subject.policy._adapter_on = False
+        return subject
+
+
+class PlansNothing(FakePolicy):
+    @classmethod
+    def build_for_plan(cls, architecture=None, **kwargs):
+        return {"modules": {}}
+
+
+@pytest.mark.parametrize(
+    "cls, message",
+    [
+        (PlansOnTheCpu, "must build on the meta device"),
+        (PlansWithoutTheAdapter, "does not reach its trainable parameters"),
+        (PlansNothing, "must return a PlanSubject"),
+    ],
+)
+def test_a_plannable_policy_that_breaks_the_contract_fails(cls, message):
+    assert isinstance(cls(), Plannable)
+    with pytest.raises(AssertionError, match=message):
+        check_features("policy", cls(), make_policy=cls, prompts=PROMPTS)

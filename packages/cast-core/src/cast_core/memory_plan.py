@@ -357,6 +357,7 @@ def plan_memory(
             "tracker": points[n]["tracker"],
         }
         largest[BATCH_SETTINGS[phase]] = fit.largest(budget, caps[phase])
+    capped = [BATCH_SETTINGS[p] for p in configured if largest[BATCH_SETTINGS[p]] == caps[p] and caps[p] > 0]
     top = max(phases, key=lambda p: phases[p]["total"])
     peak = {"phase": top, "bytes": phases[top]["bytes"], "total": phases[top]["total"]}
     fits = peak["total"] + CUDA_ALLOWANCE <= memory
@@ -414,10 +415,15 @@ def plan_memory(
     if shape.sharding == "ddp":
         method.append("DDP: its gradient buckets (one more copy of the adapter's gradients) added by arithmetic")
     notes = list(subject.notes)
+    if capped:
+        notes.append(
+            f"{', '.join(capped)}: capped at this GPU's share of a step ({shape.samples} samples, minibatch "
+            f"{shape.minibatch}); a larger one would not be used"
+        )
     if trace["counts"]["value_reads"]:
         notes.append(
             f"{trace['counts']['value_reads']} reads of tensor values answered with True/1 "
-            "(AdamW's step count, the policy's mask checks)"
+            "(AdamW reads its step count; a policy may check a mask); none changes what is allocated"
         )
     if shape.sharding == "fsdp2" and shape.passes > 1:
         notes.append(

@@ -254,6 +254,8 @@ class Tracer:
                 "exp_avg": torch.zeros_like(p),
                 "exp_avg_sq": torch.zeros_like(p),
             }
+        # AdamW keeps its step counters on the CPU (not capturable, not fused): not GPU memory
+        self.step_bytes = sum(tensor_bytes(self.optimizer.state[p]["step"]) for p in self.params)
         self.ema = [torch.zeros_like(p) for p in self.params] if self.shape.ema else []
         self.inputs = self._run_state()
 
@@ -316,6 +318,10 @@ class Tracer:
         with torch.no_grad(), self._autocast():
             x = self.policy.initial_noise(n, self.shape.image_size)
             v = self.policy.velocity(x, 0.5, self.subject.conditioning(n), image_size=self.shape.image_size)
+            if tuple(v.shape) != tuple(x.shape):
+                raise ValueError(
+                    f"{type(self.policy).__name__}.velocity gave {tuple(v.shape)} for latents {tuple(x.shape)}"
+                )
             _ = x + (-0.1) * v.float()  # the Euler / SDE step's float32 arithmetic
 
     def _decode(self, n: int) -> None:
@@ -347,6 +353,11 @@ class Tracer:
             log_prob = -(((x_next - mean) ** 2) / 0.02).mean(-1)  # [n, N] per position
             ratio = torch.exp(log_prob - old)
             loss = -torch.minimum(ratio * adv, ratio.clamp(0.9999, 1.0001) * adv).mean()
+            if not loss.requires_grad:
+                raise ValueError(
+                    f"{type(self.policy).__name__}.velocity does not reach its trainable parameters: "
+                    "a training step would compute no gradient (does velocity() use the adapter?)"
+                )
             loss.backward()
         finally:
             if self.root is not None:
@@ -416,12 +427,16 @@ class Tracer:
         if self.root is None:
             weights = get("Parameter", "Buffer") - self.adapter_param_bytes
             gathered = 0
-            adapter = self.adapter_param_bytes + get("Gradient", "Optstate")
+            adapter = self.adapter_param_bytes + get("Gradient", "Optstate") - self.step_bytes
             inputs = get("Other")
         else:
             weights = get("Sharded Param", "Buffer") - self.adapter_param_bytes
             gathered = get("Unsharded Param", "All Gather")
-            adapter = self.adapter_param_bytes + get("Sharded Grad", "Unsharded Grad", "OptState", "Reduce Scatter")
+            adapter = (
+                self.adapter_param_bytes
+                + get("Sharded Grad", "Unsharded Grad", "OptState", "Reduce Scatter")
+                - self.step_bytes
+            )
             inputs = get("Inputs")
         by = {
             "weights": weights,

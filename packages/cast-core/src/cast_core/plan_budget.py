@@ -124,6 +124,8 @@ def host_ram(
     full = path("full copy per process", full_peak, after)
     sharded = path("sharded (meta device, each process reads its slice)", sharded_peak, after)
     chosen, other = (sharded, full) if sharded_load else (full, sharded)
+    if n == 1:  # one process reads the whole model either way: no second path to compare
+        other = None
     notes = [f"{n} process(es) on the node; the files' page cache is shared and not counted"]
     if offload_text_encoder:
         notes.append("offload_text_encoder moves each process's text encoder into host RAM after encoding")

@@ -198,36 +198,55 @@ def cuda_choices() -> Iterator[CudaChoices]:
 
     The autograd engine does not carry function modes into the backward pass, where activation
     checkpointing recomputes its blocks: the recomputation would run CPU's choices and produce
-    tensors of other dtypes than the forward pass saved (torch refuses that). So ``torch.utils.
-    checkpoint.checkpoint`` is wrapped for the block: every call gets a recomputation context
-    that enters the same choices (composed with a caller's own ``context_fn``). A reentrant
-    checkpoint takes no context and is traced as the non-reentrant one (it keeps the same
-    tensors); early stopping of the recomputation is off (an exception raised inside a mode's
-    handler unbalances the mode stack), so each block is recomputed whole — at most one block's
-    activations more than CUDA's early stop, inside the traced peak."""
+    tensors of other dtypes than the forward pass saved (torch refuses that, or for a reentrant
+    checkpoint silently keeps the smaller ones). So for the block, torch.utils.checkpoint's two
+    recomputation paths enter the same choices: the non-reentrant one through a recomputation
+    context (composed with the caller's own ``context_fn``), the reentrant one around
+    ``CheckpointFunction.backward``. Both are patched where ``checkpoint`` looks them up at call
+    time, so a model that imported ``checkpoint`` at module level is covered too."""
     import torch.utils.checkpoint as ckpt
 
     mode = CudaChoices()
-    original = ckpt.checkpoint
+
+    @contextlib.contextmanager
+    def recompute(inner):
+        with inner, CudaChoices(counts=mode):
+            yield
 
     def with_choices(context_fn):
-        @contextlib.contextmanager
-        def recompute(inner):
-            with inner, CudaChoices(counts=mode):
-                yield
-
         def contexts():
-            forward_ctx, recompute_ctx = context_fn() if context_fn is not None else (contextlib.nullcontext(),) * 2
+            forward_ctx, recompute_ctx = context_fn()
             return forward_ctx, recompute(recompute_ctx)
 
         return contexts
 
-    def checkpoint(function, *args, use_reentrant=None, context_fn=None, **kwargs):
-        return original(function, *args, use_reentrant=False, context_fn=with_choices(context_fn), **kwargs)
+    name = next(
+        n
+        for n in ("_checkpoint_without_reentrant_generator_impl", "_checkpoint_without_reentrant_generator")
+        if hasattr(ckpt, n)
+    )
+    generator = getattr(ckpt, name)
 
-    ckpt.checkpoint = checkpoint
+    def patched_generator(fn, *args, **kwargs):
+        if "context_fn" in kwargs:
+            kwargs["context_fn"] = with_choices(kwargs["context_fn"])
+        elif name == "_checkpoint_without_reentrant_generator" and len(args) >= 2:  # (preserve, context_fn, ...)
+            args = (args[0], with_choices(args[1]), *args[2:])
+        else:
+            kwargs["context_fn"] = with_choices(ckpt.noop_context_fn)
+        return generator(fn, *args, **kwargs)
+
+    reentrant_backward = ckpt.CheckpointFunction.backward
+
+    def patched_backward(ctx, *grads):
+        with CudaChoices(counts=mode):
+            return reentrant_backward(ctx, *grads)
+
+    setattr(ckpt, name, patched_generator)
+    ckpt.CheckpointFunction.backward = staticmethod(patched_backward)
     try:
         with mode:
             yield mode
     finally:
-        ckpt.checkpoint = original
+        setattr(ckpt, name, generator)
+        ckpt.CheckpointFunction.backward = staticmethod(reentrant_backward)

@@ -73,6 +73,11 @@ def _head(plan, phase: str) -> str:
     return f"{phase} ({plan.phases[phase]['batch']})"
 
 
+def _adapter(s: dict) -> str:
+    size = f"{s['adapter_parameters'] / 1e6:.1f}M" if s["adapter_parameters"] >= 10**5 else str(s["adapter_parameters"])
+    return f"LoRA r{s['lora_rank']} ({size})" if s.get("lora_rank") else f"adapter of {size} parameters"
+
+
 def _g(n: float) -> str:
     return f"{n / 2**30:7.2f}"
 
@@ -85,7 +90,7 @@ def render(plan) -> str:
     lines = [
         f"cast plan · {plan.recipe or plan.policy} · {plan.architecture} · {plan.gpus} GPU(s) of "
         f"{plan.gpu_memory / 2**30:.1f} GiB · {plan.image_size[0]}x{plan.image_size[1]} · {s['sharding']}"
-        f" · LoRA r{s['lora_rank']} ({s['adapter_parameters'] / 1e6:.1f}M) · {s['base_dtype']} base"
+        f" · {_adapter(s)} · {s['base_dtype']} base"
         f" · checkpointing {'on' if s['gradient_checkpointing'] else 'off'}",
         "",
         f"{'GiB per GPU':<14}" + "".join(f"{_head(plan, p):>16}" for p in PHASE_ORDER),
@@ -114,8 +119,8 @@ def render(plan) -> str:
         )
     ram, other = plan.host_ram, plan.host_ram["other_path"]
     lines.append(
-        f"host RAM per node: {ram['per_node_bytes'] / 2**30:.1f} GiB ({ram['path']}); "
-        f"{other['per_node_bytes'] / 2**30:.1f} GiB {other['path']}"
+        f"host RAM per node: {ram['per_node_bytes'] / 2**30:.1f} GiB ({ram['path']})"
+        + (f"; {other['per_node_bytes'] / 2**30:.1f} GiB {other['path']}" if other else "")
     )
     lines += [f"note: {n}" for n in [*plan.notes, *ram["notes"]]]
     lines += [f"method: {m}" for m in plan.method]

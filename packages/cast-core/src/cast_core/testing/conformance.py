@@ -54,6 +54,9 @@ class PolicyConformance:
 
     prompts: Sequence[str] = ("a red circle", "two blue squares left of a green triangle")
     num_steps: int = 4
+    #: what a Plannable policy's plan is traced at (``build_for_plan(plan_architecture)``); None is
+    #: the policy's default — name a small architecture when that default is a 32B model
+    plan_architecture: str | None = None
 
     def make_policy(self) -> Any:
         raise NotImplementedError("return a freshly built policy (small and on CPU)")
@@ -96,7 +99,13 @@ class PolicyConformance:
     def test_optional_features_keep_their_contracts(self):
         """Each optional feature the policy has (cast_core.protocols.OPTIONAL_FEATURES) is checked
         on a fresh policy: inference() restores the weights, offloading keeps the velocity …"""
-        check_features("policy", self.make_policy(), make_policy=self.make_policy, prompts=self.prompts)
+        check_features(
+            "policy",
+            self.make_policy(),
+            make_policy=self.make_policy,
+            prompts=self.prompts,
+            plan_architecture=self.plan_architecture,
+        )
 
     def test_sigmas_descend_to_zero(self):
         policy = self.make_policy()

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from cast_core.scene_graph import Atom, Entity, SceneGraph
 from cast_core.sharding import copy_full_, full_tensor, fully_shard_module, is_writer
-from cast_core.types import AtomScores
+from cast_core.types import AtomScores, PlanSubject
 
 ADAPTER_FILE = "adapter.safetensors"
 
@@ -181,6 +181,29 @@ class FakePolicy:
 
     def enable_gradient_checkpointing(self) -> None:
         self.field.checkpointing = True
+
+    @classmethod
+    def build_for_plan(cls, architecture: str | None = None, **policy_kwargs: Any) -> PlanSubject:
+        """The fake policy on the meta device for ``cast plan`` (the Plannable feature): it has one
+        architecture, ``"fake"``, whose size follows ``image_size``, ``patch`` and ``rank``."""
+        if architecture not in (None, "fake"):
+            raise ValueError(f"FakePolicy has one architecture, 'fake'; got {architecture!r}")
+        options = {k: v for k, v in policy_kwargs.items() if k not in ("path", "device")}
+        policy = cls(device="meta", **options)
+
+        def place(device: torch.device) -> None:
+            policy.device = torch.device(device)
+
+        return PlanSubject(
+            policy=policy,
+            modules={"field": policy.field},
+            conditioning=lambda n: torch.zeros(n, policy.channels),
+            place=place,
+            shard_units=[],
+            shard_root=policy.field,
+            architecture="fake",
+            notes=["the fake policy: a linear velocity field with a rank-r adapter (tests)"],
+        )
 
     def offload_text_encoder(self) -> None:
         self.text_encoder_loaded = False

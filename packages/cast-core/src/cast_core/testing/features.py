@@ -24,6 +24,7 @@ from cast_core.protocols import (
     Identified,
     OffloadsTextEncoder,
     PerStepWindow,
+    Plannable,
     Preparable,
     WindowHints,
     self_shards,
@@ -47,10 +48,55 @@ def _velocity(policy: Any, prompts: Sequence[str]) -> torch.Tensor:
         return policy.velocity(x, torch.tensor(0.5), policy.encode(list(prompts)))
 
 
-def _check_policy(feature: type, make_policy: Callable[[], Any], prompts: Sequence[str]) -> None:
+def _check_plannable(policy: Any, architecture: str | None) -> None:
+    """``build_for_plan`` works on the class, builds on the meta device, and the tracer runs its
+    three phases with byte counts that add up: the weights it sees are the frozen tensors'
+    bytes, the adapter with AdamW's two moments is three times the trainable bytes, and the
+    second micro-step of a minibatch holds the first one's gradients too. Traced at ``architecture`` (the kit's
+    ``plan_architecture``: a small one when the policy's default is large)."""
+    from cast_core.memory_trace import RunShape, Tracer, tensor_bytes
+    from cast_core.types import PlanSubject
+
+    name = "Plannable"
+    subject = type(policy).build_for_plan(architecture)
+    assert isinstance(subject, PlanSubject), f"{name}: build_for_plan must return a PlanSubject, got {type(subject)}"
+    assert subject.modules, f"{name}: the plan subject names no modules"
+    tensors = [t for m in subject.modules.values() for t in [*m.parameters(), *m.buffers()]]
+    off_meta = [tuple(t.shape) for t in tensors if t.device.type != "meta"]
+    assert not off_meta, f"{name}: build_for_plan must build on the meta device; tensors {off_meta[:3]} hold memory"
+    trainable = {id(p) for p in subject.policy.trainable_parameters()}
+    assert trainable, f"{name}: the planned policy has no trainable parameters"
+    frozen = sum(tensor_bytes(t) for t in {id(t): t for t in tensors}.values() if id(t) not in trainable)
+    adapter = sum(tensor_bytes(p) for p in subject.policy.trainable_parameters())
+    shape = RunShape(
+        image_size=tuple(subject.policy.default_image_size), samples=2, passes=2, precision="no",
+        gradient_checkpointing=False,
+    )  # fmt: skip
+    try:
+        with Tracer(subject, shape) as tracer:
+            peaks = {phase: tracer.trace(phase, 1) for phase in ("sample", "decode", "train")}
+    except ValueError as err:  # the tracer's own refusals name what is wrong
+        raise AssertionError(f"{name}: {err}") from err
+    for phase, peak in peaks.items():
+        assert peak.bytes["weights"] == frozen, (
+            f"{name}: {phase} traced {peak.bytes['weights']} bytes of weights, the modules hold {frozen}"
+        )
+    assert peaks["sample"].bytes["adapter"] == 3 * adapter, (
+        f"{name}: while sampling, the adapter and AdamW's moments should be 3 x {adapter} bytes, "
+        f"traced {peaks['sample'].bytes['adapter']}"
+    )
+    assert peaks["train"].bytes["adapter"] >= 4 * adapter, (
+        f"{name}: a micro-step after another must hold the adapter's gradients (4 x {adapter} bytes with the "
+        f"parameters and moments), traced {peaks['train'].bytes['adapter']}: does velocity() reach the adapter?"
+    )
+
+
+def _check_policy(feature: type, make_policy: Callable[[], Any], prompts: Sequence[str], **context: Any) -> None:
     name = feature.__name__
     policy = make_policy()
-    if feature is Preparable:
+    if feature is Plannable:
+        _check_plannable(policy, context.get("plan_architecture"))
+    elif feature is Preparable:
         try:
             inspect.signature(policy.prepare).bind(object())
         except TypeError as err:
@@ -140,13 +186,15 @@ def check_features(kind: str, component: Any, **context: Any) -> list[str]:
     """Check every optional feature of ``kind`` that ``component`` has; the names checked.
 
     ``context`` carries what a check needs: for a policy ``make_policy`` (each feature is tried on a
-    fresh one: offloading or checkpointing changes a policy) and ``prompts``; for a window selector
+    fresh one: offloading or checkpointing changes a policy), ``prompts`` and, for a Plannable one,
+    ``plan_architecture`` (what its plan is traced at; None = the policy's default); for a window selector
     ``policy``, ``prompts`` and ``step_counts``; for a decomposer ``prompts``; for a projector
     ``inputs`` (``scores, heatmaps, graph``) and ``latent_grid``."""
     checked = []
     for feature in features_of(kind, component):
         if kind == "policy":
-            _check_policy(feature, context["make_policy"], context["prompts"])
+            extra = {k: v for k, v in context.items() if k not in ("make_policy", "prompts")}
+            _check_policy(feature, context["make_policy"], context["prompts"], **extra)
         elif kind == "window_selector":
             _check_selector(feature, component, context["policy"], context["prompts"], context["step_counts"])
         elif feature is DecompositionStats:
