@@ -39,7 +39,7 @@ from cast_core.plan_budget import CUDA_ALLOWANCE, LinearFit, format_gib, host_ra
 __all__ = ["MemoryPlan", "plan_memory", "check_fits", "plannable_factory", "PLAN_VERSION"]
 
 #: bump when the tracer's method changes, so cached traces are not reused across methods
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 BATCH_SETTINGS = {"sample": "sample_batch_size", "decode": "decode_batch_size", "train": "micro_batch_size"}
 
 
@@ -175,6 +175,19 @@ def _shape(cfg, gpus: int, self_shards: bool) -> _Shape:
         steps,
         math.ceil(minibatch / micro) * steps,
         sharding,
+    )
+
+
+def _loads_sharded(cfg, shape: _Shape) -> bool:
+    """Whether each process reads only its slice of the weights, as the trainer decides it: several
+    processes under fsdp2 / auto with a policy that takes ``load_sharded`` (default on there)."""
+    from cast_core.registry import factory_takes
+
+    return (
+        shape.sharding == "fsdp2"
+        and cfg.sharding in ("fsdp2", "auto")
+        and factory_takes("policy", cfg.policy, "load_sharded")
+        and bool(cfg.policy_kwargs.get("load_sharded", True))
     )
 
 
@@ -379,7 +392,7 @@ def plan_memory(
         vae_bytes=modules.get("vae", 0),
         text_encoder_bytes=encoder_bytes,
         processes=min(gpus, 8),
-        sharded_load=bool(cfg.policy_kwargs.get("load_sharded")) and shape.sharding == "fsdp2",
+        sharded_load=_loads_sharded(cfg, shape),
         encoder_on_gpu=startup["on_gpu"],
         offload_text_encoder=cfg.offload_text_encoder,
         prompt_rows_bytes=_prompt_rows_bytes(cfg, subject),

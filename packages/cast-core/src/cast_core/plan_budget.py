@@ -98,10 +98,11 @@ def host_ram(
 
     * **full copy per process** (today's default): every process loads the whole pipeline into host
       RAM (``from_pretrained`` on the CPU), then ``prepare()`` moves the transformer to its GPU;
-    * **sharded** (``policy_kwargs.load_sharded``, FSDP2 over several processes): each process
-      builds the transformer on the meta device and reads only its 1/N slice of each weight from the
-      safetensors files (straight to its device), and loads the text encoder and VAE straight to
-      their device — so host RAM holds the slice while it is read, not the model.
+    * **sharded** (``policy_kwargs.load_sharded``, which the trainer turns on for several
+      processes under ``sharding = "fsdp2"`` / ``"auto"``): each process builds the transformer on
+      the meta device and reads only its 1/N slice of each weight from the safetensors files, and
+      loads the text encoder and VAE straight onto their GPU (``device_map``) — so host RAM holds
+      at most the slice while it is read, not the model.
 
     In both, ``offload_text_encoder`` then moves each process's encoder into host RAM for the rest
     of the run, and each process keeps every training prompt's conditioning rows there (the
