@@ -13,7 +13,7 @@ from cast_core.cli import cli
 from cast_core.config import build_config
 from cast_core.errors import ConfigError
 from cast_core.memory_plan import check_fits, plan_memory
-from cast_core.plan_budget import CUDA_ALLOWANCE, LinearFit, parse_memory
+from cast_core.plan_budget import CUDA_ALLOWANCE, LinearFit, largest_that_fits, parse_memory
 
 # the fake policy at its default 16x16, batches that the fit search can grow
 FAKE = ["--recipe", "cast", "--set", "prompts_per_step=2", "--set", "group_size=4"]
@@ -152,3 +152,33 @@ def test_parse_memory_units():
 def test_linear_fit_largest():
     fit = LinearFit.through(1, 10, 3, 30)  # 10 per item, nothing fixed
     assert fit.largest(35, cap=100) == 3 and fit.largest(5, cap=100) == 0 and fit.largest(10**6, cap=7) == 7
+
+
+@pytest.mark.parametrize(
+    "moments",
+    [
+        [(100, 1)],  # one moment: a line
+        [(100, 1), (60, 6)],  # FSDP2: gathered blocks early (flat), activations late (steep)
+        [(100, 0), (90, 3), (20, 12)],
+        [(50, 20), (100, 0)],
+    ],
+)
+@pytest.mark.parametrize("budget", [99, 100, 130, 200, 400, 10**4])
+def test_the_search_finds_the_largest_batch_of_a_convex_peak(moments, budget):
+    """A phase's peak is the largest of its moments, each linear in the batch: the search
+    answers what brute force answers, in at most three traces beyond batch 1 and 2, and says when
+    it only has a safe lower bound."""
+    traced = []
+
+    def peak(n):
+        traced.append(n)
+        return max(a + b * n for a, b in moments)
+
+    cap = 64
+    brute = max((n for n in range(0, cap + 1) if n == 0 or peak(n) <= budget), default=0)
+    traced.clear()
+    n, exact = largest_that_fits(peak, budget, cap)
+    assert len(set(traced)) <= 5
+    assert n <= brute and peak(max(n, 1)) <= budget or n == 0
+    if exact:
+        assert n == brute

@@ -4,8 +4,9 @@ From a built :class:`~cast_core.config.TrainConfig` (recipe, ``--set``, file), t
 :class:`~cast_core.protocols.Plannable` feature builds the model at real size without weights,
 and :mod:`cast_core.memory_trace` runs one sampling batch, one decode and one training micro-step
 of one process on fake tensors. Each phase is traced at batch 1 and at the configured size (2
-when that is 1): the configured peak is a trace, and the largest batch sizes that fit come from
-the straight line through the two (:mod:`cast_core.plan_budget`), which is how activations grow.
+when that is 1): the configured peak is a trace. The largest batch sizes that fit are searched
+with a few more traces (:func:`cast_core.plan_budget.largest_that_fits`: the peak is convex in the
+batch, so a line through two traces bounds it from one side and a trace confirms the answer).
 
 What the plan reads from the config: ``policy_kwargs`` (LoRA rank / alpha / targets,
 ``image_size``, guidance …), ``base_dtype``, ``precision``, ``gradient_checkpointing``,
@@ -21,6 +22,7 @@ that starts again reads its plan in seconds (the model is still built on the met
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from cast_core.errors import ConfigError
-from cast_core.plan_budget import CUDA_ALLOWANCE, LinearFit, format_gib, host_ram, parse_memory
+from cast_core.plan_budget import CUDA_ALLOWANCE, format_gib, host_ram, largest_that_fits, parse_memory
 
 __all__ = ["MemoryPlan", "plan_memory", "check_fits", "plannable_factory", "PLAN_VERSION"]
 
@@ -61,6 +63,7 @@ class MemoryPlan:
     cuda_allowance: int
     fits: bool
     largest: dict[str, int]
+    largest_exact: dict[str, bool]
     startup: dict[str, Any]
     host_ram: dict[str, Any]
     method: list[str]
@@ -227,16 +230,10 @@ def _trace_key(cfg, policy_kwargs: dict, architecture: str | None, shape: _Shape
     }
 
 
-def _trace(cfg, policy_kwargs: dict, architecture: str | None, shape: _Shape, image_size, subject) -> dict[str, Any]:
-    """Every phase at 1 and at its configured size (2 when that is 1), and the model's bytes."""
-    from cast_core.memory_trace import RunShape, Tracer, tensor_bytes
+def _run_shape(cfg, shape: _Shape, image_size):
+    from cast_core.memory_trace import RunShape
 
-    adapter_ids = {id(p) for p in subject.policy.trainable_parameters()}
-    modules = {
-        name: sum(tensor_bytes(t) for t in [*m.parameters(), *m.buffers()] if id(t) not in adapter_ids)
-        for name, m in subject.modules.items()
-    }
-    run = RunShape(
+    return RunShape(
         image_size=tuple(image_size),
         samples=shape.samples,
         window_steps=shape.window_steps,
@@ -249,44 +246,70 @@ def _trace(cfg, policy_kwargs: dict, architecture: str | None, shape: _Shape, im
         world=shape.gpus,
         shard=shape.sharding == "fsdp2",
     )
-    sizes = {"sample": shape.sample_batch, "decode": shape.decode_batch, "train": shape.micro_batch}
-    out: dict[str, Any] = {"phases": {}, "module_bytes": modules}
-    with Tracer(subject, run) as tracer:
-        for phase, n in sizes.items():
-            other = n if n > 1 else 2
-            traced = {b: tracer.trace(phase, b) for b in sorted({1, other})}
-            out["phases"][phase] = {
-                str(b): {"bytes": p.bytes, "tracker": p.tracker, "total": p.total} for b, p in traced.items()
-            }
-        out["adapter_parameters"] = sum(p.numel() for p in tracer.params)
-        out["adapter_param_bytes"] = tracer.adapter_param_bytes
-        out["counts"] = {
-            "value_reads": tracer.value_reads,
-            "float32_casts": tracer.float32_casts,
-            "attention_calls": tracer.attention_calls,
+
+
+class _Traces:
+    """Traced peaks by phase and batch size: read from the cache, traced on demand. The model goes
+    onto fake tensors (and a fake process group) the first time a point is missing, once."""
+
+    def __init__(self, subject, run, data: dict | None):
+        from cast_core.memory_trace import tensor_bytes
+
+        self.subject, self.run = subject, run
+        self.data = data or {"phases": {}, "counts": {"value_reads": 0, "float32_casts": 0, "attention_calls": 0}}
+        trainable = list(subject.policy.trainable_parameters())
+        ids = {id(p) for p in trainable}
+        self.data["module_bytes"] = {
+            name: sum(tensor_bytes(t) for t in [*m.parameters(), *m.buffers()] if id(t) not in ids)
+            for name, m in subject.modules.items()
         }
-    return out
+        self.data["adapter_parameters"] = sum(p.numel() for p in trainable)
+        self.data["adapter_param_bytes"] = sum(tensor_bytes(p) for p in trainable)
+        self.new = False
+        self._stack = contextlib.ExitStack()
+        self._tracer = None
+
+    def point(self, phase: str, n: int) -> dict[str, Any]:
+        points = self.data["phases"].setdefault(phase, {})
+        if str(n) not in points:
+            from cast_core.memory_trace import Tracer
+
+            if self._tracer is None:
+                self._tracer = self._stack.enter_context(Tracer(self.subject, self.run))
+            peak = self._tracer.trace(phase, n)
+            points[str(n)] = {"bytes": peak.bytes, "tracker": peak.tracker, "total": peak.total}
+            self.new = True
+        return points[str(n)]
+
+    def close(self) -> None:
+        if self._tracer is not None:
+            counts = self.data["counts"]
+            for key in counts:
+                counts[key] += getattr(self._tracer, key)
+        self._stack.close()
 
 
-def _cached_trace(cfg, policy_kwargs, architecture, shape, image_size, subject, use_cache: bool) -> tuple[dict, bool]:
+def _cache_path(cfg, policy_kwargs, architecture, shape, image_size) -> tuple[Path, dict]:
     key = _trace_key(cfg, policy_kwargs, architecture, shape, image_size)
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:24]
-    path = _cache_dir() / f"{digest}.json"
-    if use_cache and path.is_file():
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))["trace"], True
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache entry is traced again
-    trace = _trace(cfg, policy_kwargs, architecture, shape, image_size, subject)
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"key": key, "trace": trace}, default=str), encoding="utf-8")
-            tmp.replace(path)
-        except OSError:
-            pass  # a read-only home: plan without a cache
-    return trace, False
+    return _cache_dir() / f"{digest}.json", key
+
+
+def _read_cache(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["trace"]
+    except (OSError, ValueError, KeyError):
+        return None  # absent or damaged: traced again
+
+
+def _write_cache(path: Path, key: dict, trace: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"key": key, "trace": trace}, default=str), encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only home: plan without a cache
 
 
 # -- the plan --------------------------------------------------------------------------------------
@@ -348,28 +371,40 @@ def plan_memory(
         ) from None
     size = list(size or subject.policy.default_image_size)
     shape = _shape(cfg, gpus, self_shards(subject.policy))
-    trace, cached = _cached_trace(cfg, policy_kwargs, architecture, shape, size, subject, use_cache)
-
+    path, key = _cache_path(cfg, policy_kwargs, architecture, shape, size)
+    traces = _Traces(subject, _run_shape(cfg, shape, size), _read_cache(path) if use_cache else None)
     configured = {"sample": shape.sample_batch, "decode": shape.decode_batch, "train": shape.micro_batch}
     caps = {"sample": shape.samples, "decode": shape.samples, "train": shape.minibatch}
     budget = memory - CUDA_ALLOWANCE
-    phases, largest = {}, {}
-    ddp_buckets = trace["adapter_param_bytes"] if shape.sharding == "ddp" else 0
-    for phase, n in configured.items():
-        points = {int(b): v for b, v in trace["phases"][phase].items()}
-        (n1, p1), (n2, p2) = sorted(points.items())[0], sorted(points.items())[-1]
-        fit = LinearFit.through(n1, p1["total"] + ddp_buckets, n2, p2["total"] + ddp_buckets)
-        at = dict(points[n]["bytes"])
-        at["adapter"] += ddp_buckets
-        phases[phase] = {
-            "batch": n,
-            "bytes": at,
-            "total": sum(at.values()),
-            "at_1": points[1]["total"] + ddp_buckets,
-            "per_item": int(fit.slope),
-            "tracker": points[n]["tracker"],
-        }
-        largest[BATCH_SETTINGS[phase]] = fit.largest(budget, caps[phase])
+    ddp_buckets = traces.data["adapter_param_bytes"] if shape.sharding == "ddp" else 0
+    phases, largest, exact = {}, {}, {}
+    try:
+        for phase, n in configured.items():
+            at = dict(traces.point(phase, n)["bytes"])
+            at["adapter"] += ddp_buckets
+            second = n if n > 1 else 2
+            one, two = traces.point(phase, 1)["total"], traces.point(phase, second)["total"]
+            largest[BATCH_SETTINGS[phase]], exact[BATCH_SETTINGS[phase]] = largest_that_fits(
+                lambda m, phase=phase: traces.point(phase, m)["total"] + ddp_buckets, budget, caps[phase]
+            )
+            phases[phase] = {
+                "batch": n,
+                "bytes": at,
+                "total": sum(at.values()),
+                "at_1": one + ddp_buckets,
+                "per_item": int(max(0, two - one) / (second - 1)),
+                "traced": {
+                    int(b): v["total"] + ddp_buckets
+                    for b, v in sorted(traces.data["phases"][phase].items(), key=lambda kv: int(kv[0]))
+                },
+                "tracker": traces.point(phase, n)["tracker"],
+            }
+    finally:
+        traces.close()
+    cached = not traces.new
+    if use_cache and traces.new:
+        _write_cache(path, key, traces.data)
+    trace = traces.data
     capped = [BATCH_SETTINGS[p] for p in configured if largest[BATCH_SETTINGS[p]] == caps[p] and caps[p] > 0]
     top = max(phases, key=lambda p: phases[p]["total"])
     peak = {"phase": top, "bytes": phases[top]["bytes"], "total": phases[top]["total"]}
@@ -419,8 +454,9 @@ def plan_memory(
         f"traced: torch {torch.__version__} MemTracker"
         + (f" / FSDPMemTracker over a fake process group of {gpus}" if shape.sharding == "fsdp2" else "")
         + " on fake CPU tensors (FakeTensorMode), rank 0's view",
-        "each phase traced at batch 1 and at its configured size (2 when that is 1); larger batches extrapolated "
-        "along the line through the two",
+        "each phase traced at batch 1 and at its configured size (2 when that is 1); the largest sizes searched "
+        "with more traces (the peak is convex in the batch: extrapolated along the line through the two largest "
+        "traces, then confirmed by a trace at the candidate; 'phases.*.traced' lists every size traced)",
         "CUDA's choices pinned (cast_core.trace_rules): fused attention without the TxT matrix, autocast's float32 "
         f"ops ({trace['counts']['float32_casts']} casts), foreach AdamW and clipping",
         f"CUDA allowance {format_gib(CUDA_ALLOWANCE)} (context, workspaces, NCCL, fragmentation) added to every peak",
@@ -428,6 +464,9 @@ def plan_memory(
     if shape.sharding == "ddp":
         method.append("DDP: its gradient buckets (one more copy of the adapter's gradients) added by arithmetic")
     notes = list(subject.notes)
+    inexact = [k for k, v in exact.items() if not v]
+    if inexact:
+        notes.append(f"{', '.join(inexact)}: at least this large (the search stopped at its trace limit)")
     if capped:
         notes.append(
             f"{', '.join(capped)}: capped at this GPU's share of a step ({shape.samples} samples, minibatch "
@@ -456,6 +495,7 @@ def plan_memory(
         cuda_allowance=CUDA_ALLOWANCE,
         fits=fits,
         largest=largest,
+        largest_exact=exact,
         startup=startup,
         host_ram=ram,
         method=method,

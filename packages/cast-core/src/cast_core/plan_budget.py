@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from cast_core.errors import ConfigError
 
@@ -19,6 +19,7 @@ __all__ = [
     "CUDA_ALLOWANCE",
     "GIB",
     "LinearFit",
+    "largest_that_fits",
     "parse_memory",
     "format_gib",
     "host_ram",
@@ -80,6 +81,58 @@ class LinearFit:
         if self.slope <= 0:
             return cap
         return max(1, min(cap, int((budget - self.intercept) // self.slope)))
+
+
+def largest_that_fits(total_at: Callable[[int], float], budget: float, cap: int, *, extra: int = 3) -> tuple[int, bool]:
+    """The largest batch ``n`` in ``[0, cap]`` whose traced peak ``total_at(n)`` fits ``budget``,
+    and whether that answer is exact (else it is a safe lower bound).
+
+    Why not just the line through two traces: a phase's peak is the largest of its moments, each
+    linear in the batch (weights and states fixed, activations per sample), so it is a *convex*
+    piecewise-linear function of ``n``. Under FSDP2 the peak at batch 1 is where two blocks are
+    gathered, at batch 8 where the activations pile up: the line through 1 and 2 then
+    underestimates batch 8. Convexity gives the search its two rules: beyond the largest traced
+    size the line through the two largest underestimates the peak (its answer is an upper bound,
+    confirmed by one trace), and between two traced sizes the chord overestimates it (its answer
+    is safe). ``total_at`` traces on demand (memoise it); at most ``extra`` traces beyond those
+    already known are made."""
+    points: dict[int, float] = {}
+
+    def f(n: int) -> float:
+        if n not in points:
+            points[n] = total_at(n)
+        return points[n]
+
+    if f(1) > budget:
+        return 0, True
+    if cap <= 1:
+        return 1, True
+    f(2)
+    tries = extra
+    while True:
+        lo = max(n for n, t in points.items() if t <= budget)
+        if lo >= cap:
+            return cap, True
+        above = [n for n, t in points.items() if n > lo and t > budget]
+        if not above:  # beyond every trace: the line through the two largest is a lower bound on the peak
+            a, b = sorted(points)[-2:]
+            candidate = max(lo, LinearFit.through(a, points[a], b, points[b]).largest(budget, cap))
+            if candidate == lo:
+                return lo, True
+            if tries == 0:
+                return lo, False
+            tries -= 1
+            f(candidate)
+            continue
+        hi = min(above)  # between lo and hi the chord lies above the peak: its answer is safe
+        candidate = max(lo, LinearFit.through(lo, points[lo], hi, points[hi]).largest(budget, hi - 1))
+        if candidate + 1 == hi:
+            return candidate, True
+        if tries == 0:
+            return candidate, False
+        tries -= 1
+        if f(candidate + 1) > budget:
+            return candidate, True
 
 
 def host_ram(

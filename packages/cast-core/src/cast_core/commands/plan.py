@@ -106,7 +106,10 @@ def render(plan) -> str:
     lines += [
         "",
         f"peak {need / 2**30:.2f} GiB ({plan.peak['phase']}) of {plan.gpu_memory / 2**30:.2f} GiB: {verdict}",
-        "largest that fit: " + ", ".join(f"{k} = {v} (now {s[k]})" for k, v in plan.largest.items()),
+        "largest that fit: "
+        + ", ".join(
+            f"{k} {'=' if plan.largest_exact.get(k, True) else '>='} {v} (now {s[k]})" for k, v in plan.largest.items()
+        ),
     ]
     if not plan.fits:
         lines.append(f"change: {plan.advice().split(': ', 1)[-1]}")
