@@ -41,7 +41,7 @@ from cast_core.plan_budget import CUDA_ALLOWANCE, format_gib, host_ram, largest_
 __all__ = ["MemoryPlan", "plan_memory", "check_fits", "plannable_factory", "PLAN_VERSION"]
 
 #: bump when the tracer's method changes, so cached traces are not reused across methods
-PLAN_VERSION = 2
+PLAN_VERSION = 1
 BATCH_SETTINGS = {"sample": "sample_batch_size", "decode": "decode_batch_size", "train": "micro_batch_size"}
 
 
