@@ -148,6 +148,12 @@ class TrainConfig:
         "passed as compile=True to a policy factory that takes it); the first steps are slower while "
         "it compiles",
     )
+    memory_check: bool = _f(
+        True,
+        "on a CUDA device, trace the run's memory plan (cast plan) at start-up and refuse a "
+        "configuration that cannot fit the GPU, naming the setting to change; traces are cached, and "
+        "a policy that cannot plan itself passes unchecked",
+    )
     sharding: str = _f(
         "accelerate",
         "how several processes hold the policy: accelerate = as the launcher's accelerate config "

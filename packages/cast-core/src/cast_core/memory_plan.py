@@ -38,7 +38,7 @@ from typing import Any
 from cast_core.errors import ConfigError
 from cast_core.plan_budget import CUDA_ALLOWANCE, format_gib, host_ram, largest_that_fits, parse_memory
 
-__all__ = ["MemoryPlan", "plan_memory", "check_fits", "plannable_factory", "PLAN_VERSION"]
+__all__ = ["MemoryPlan", "plan_memory", "check_fits", "refuse_if_unfit", "plannable_factory", "PLAN_VERSION"]
 
 #: bump when the tracer's method changes, so cached traces are not reused across methods
 PLAN_VERSION = 1
@@ -532,6 +532,32 @@ def check_fits(
     if advice:
         raise ConfigError(f"cast plan: {advice}")
     return plan
+
+
+def refuse_if_unfit(cfg, dist: Any, gpu_memory: int, log: Any = None) -> None:
+    """The trainer's start-up check on a CUDA device: the main process plans (or reads the cached
+    plan), every process receives its verdict, and a configuration that cannot fit ends the run
+    on every process with one line before any weight is loaded. ``memory_check = false`` skips it."""
+    verdict: tuple[str, str] | None = None
+    if dist.is_main:
+        try:
+            plan = check_fits(cfg, gpu_memory, gpus=dist.world)
+        except ConfigError as err:
+            verdict = ("refuse", f"{err} (memory_check = false skips this check)")
+        else:
+            if plan is not None:
+                verdict = (
+                    "fits",
+                    f"memory plan: peak {format_gib(plan.peak['total'] + plan.cuda_allowance)} per GPU "
+                    f"of {format_gib(plan.gpu_memory)} ({plan.peak['phase']})",
+                )
+    verdict = dist.broadcast_object(verdict) if dist.active else verdict
+    if verdict is None:
+        return
+    if verdict[0] == "refuse":
+        raise ConfigError(verdict[1])
+    if log:
+        log(verdict[1])
 
 
 def _plan_in_subprocess(cfg, gpus: int, gpu_memory, architecture: str | None) -> MemoryPlan:

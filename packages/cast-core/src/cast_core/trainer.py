@@ -67,6 +67,7 @@ from cast_core.registry import (
 from cast_core.run_dir import RunDirectory, jsonable, jsonable_tree
 from cast_core.sampling import concat_rollouts, decode_images, sample
 from cast_core.seeding import generator_for, sample_generators, seed_for
+from cast_core.memory_plan import refuse_if_unfit
 from cast_core.sharding import is_sharded, like
 from cast_core.types import GroupVerdict, Rollout, ScoredGroups, Window
 from cast_core.update import PolicyUpdate
@@ -116,6 +117,8 @@ class Trainer:
         ):
             if name:  # before anything heavy is built (an empty window name means no selector)
                 check_factory_kwargs(kind, name, kwargs, key)
+        if cfg.memory_check and self.dist.device.type == "cuda":  # before the model takes the GPU
+            refuse_if_unfit(cfg, self.dist, torch.cuda.get_device_properties(self.dist.device).total_memory, self.log)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = self._build_policy()
         self.prompts = resolve_prompts(cfg.prompts)
