@@ -10,9 +10,9 @@ process of a training step does at its most expensive moment:
 * ``train`` — the last micro-step of a minibatch (``micro_batch_size`` samples): the velocity
   with gradients through the adapter, the SDE log-probability and the clipped objective in
   float32, ``backward``, gradient clipping and the AdamW step. Earlier micro-steps have left
-  their gradients (a warm-up pass outside the tracker makes them; under FSDP2 they stay
-  unsharded because those micro-steps skip the gradient sync), and the optimizer state exists
-  from the steps before, as in a running job.
+  their gradients (one float32 gradient per trainable tensor; under FSDP2 a warm-up pass
+  outside the tracker makes them, and they stay unsharded because those micro-steps skip the
+  gradient sync), and the optimizer state exists from the steps before, as in a running job.
 
 Everything that lives across phases is in every phase: the weights, the adapter with its
 gradients' slot, AdamW's two moments and the EMA, and this process's share of the step's data
@@ -289,9 +289,13 @@ class Tracer:
             raise ValueError(f"batch must be >= 1, got {batch}")
         from cast_core.trace_rules import cuda_choices
 
-        if phase == "train" and self.shape.passes > 1:
-            with cuda_choices():
-                self._train_pass(batch, sync=False)  # earlier micro-steps: their gradients stay
+        if phase == "train" and self.shape.passes > 1:  # earlier micro-steps have left their gradients
+            if self.root is None:  # unsharded: a gradient per trainable tensor, as a pass would leave it
+                for p in self.params:
+                    p.grad = torch.zeros_like(p)
+            else:  # FSDP2 keeps them unsharded inside its parameter groups: run a pass without the sync
+                with cuda_choices():
+                    self._train_pass(batch, sync=False)
         tracker = self._tracker()
         reads_before = self._reads.reads
         with tracker, cuda_choices() as choices:
