@@ -182,3 +182,18 @@ def test_the_search_finds_the_largest_batch_of_a_convex_peak(moments, budget):
     assert n <= brute and peak(max(n, 1)) <= budget or n == 0
     if exact:
         assert n == brute
+
+
+def test_inside_a_process_group_the_check_plans_in_a_subprocess(tmp_path):
+    """A launched run already has a process group, and the plan needs a fake one of its own:
+    check_fits runs it in a fresh interpreter and reads its JSON line."""
+    import torch.distributed as dist
+
+    cfg = build_config(recipe="cast", sets=["prompts_per_step=2", "group_size=4"])
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        plan = check_fits(cfg, "80GiB", gpus=1)
+    finally:
+        dist.destroy_process_group()
+    assert plan.fits and plan.policy == "fake" and plan.phases["train"]["total"] > 0
