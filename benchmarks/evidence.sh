@@ -22,3 +22,8 @@ one_seed cast-judge-grid-blur
 "$CAST" bench --out "$OUT" --method flow-grpo --method cast --method cast-judge-grid \
   --method cast-judge-grid-blur-noise --method flow-grpo-cast-window --method cast-judge-grid-blur \
   --method cast-learned-judge
+# issue 40: the forward-process objectives beside flow-grpo and cast, three training seeds each
+# (the flow-grpo / cast runs are the finished ones above; seed-major, so one seed of every new
+# row comes first)
+"$CAST" bench --out "$OUT" --method flow-grpo --method cast --method nft --method cast-nft --method awm \
+  --method cast-awm

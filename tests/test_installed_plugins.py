@@ -18,7 +18,7 @@ def test_example_plugin_comes_from_its_installed_entry_point():
     (ep,) = [ep for ep in metadata.entry_points(group="cast") if ep.dist.metadata["Name"] == "cast-plugin-example"]
     assert ep.value == "cast_plugin_example.plugin"
     example = next(p for p in plugins_json()["plugins"] if p["name"] == "cast-plugin-example")
-    assert example["components"] == {"atom_scorer": ["mean-brightness"]}
+    assert example["components"] == {"atom_scorer": ["mean-brightness"], "objective": ["reward-ranked"]}
     assert example["version"] == metadata.version("cast-plugin-example")
 
 

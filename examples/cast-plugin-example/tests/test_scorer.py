@@ -14,7 +14,7 @@ class TestMeanBrightness(AtomScorerConformance):
 class TestExamplePackage(PluginPackageConformance):
     distribution = "cast-plugin-example"
     plugin_module = "cast_plugin_example.plugin"
-    expected_components = {"atom_scorer": ["mean-brightness"]}
+    expected_components = {"atom_scorer": ["mean-brightness"], "objective": ["reward-ranked"]}
 
 
 def test_white_scores_one_and_black_scores_zero():

@@ -33,7 +33,8 @@ def test_plugins_json_shape():
     assert core["components"]["policy"] == ["fake"]
     assert core["components"]["atom_scorer"] == ["constant", "left-brightness"]
     assert core["components"]["advantage_projector"] == ["atoms", "scalar", "spatial"]
-    assert core["components"]["recipe"] == ["cast", "flow-grpo"]
+    assert core["components"]["recipe"] == ["awm", "cast", "cast-awm", "cast-nft", "flow-grpo", "nft"]
+    assert core["components"]["objective"] == ["awm", "nft", "sde-clipped"]
 
 
 def test_plugins_table_lists_builtins():

@@ -277,3 +277,23 @@ def test_uneven_shares_are_refused_with_the_fix(tmp_path):
     out = subprocess.run(cast_train(2, *args, "--out", str(tmp_path / "r")), capture_output=True, text=True, env=env)
     assert out.returncode != 0
     assert "3 samples per step cannot be shared equally by 2 processes" in out.stderr
+
+
+@pytest.mark.parametrize("objective", ["nft", pytest.param("awm", marks=pytest.mark.slow)])
+def test_forward_objectives_under_fsdp2_train_as_one_unsharded_process(tmp_path, objective):
+    """The old policy (nft) and the KL-EMA (awm) are swapped into sharded parameters slice by
+    slice; with KL to the reference, EMA, micro-batches and clipping on, two FSDP2 processes
+    give the one-process adapter and EMA, and the checkpoint holds whole old-policy tensors."""
+    settings = {**FSDP, "objective": objective, "beta": 0.01, "heatmap_source": "final", "sharding": "fsdp2"}
+    one = run_workers(tmp_path, 1, {**settings, "sharding": "accelerate"}, "one")
+    two = run_workers(tmp_path, 2, settings, "two")
+    assert [r["sharded"] for r in two] == [True, True]
+    assert_close_lists(two[0]["adapter"], one[0]["adapter"], atol=1e-5, rtol=1e-4)
+    assert_close_lists(two[0]["ema"], one[0]["ema"], atol=1e-5, rtol=1e-4)
+    assert two[0]["last"]["kl"] == pytest.approx(one[0]["last"]["kl"], rel=1e-4) and one[0]["last"]["kl"] > 0
+    saved = torch.load(latest_checkpoint(tmp_path / "two") / "optimizer.pt", weights_only=True)["tensors"]
+    alone = torch.load(latest_checkpoint(tmp_path / "one") / "optimizer.pt", weights_only=True)["tensors"]
+    olds = sorted(k for k in alone if k.startswith("objective."))
+    assert olds and sorted(k for k in saved if k.startswith("objective.")) == olds
+    for k in olds:
+        torch.testing.assert_close(saved[k], alone[k], atol=1e-5, rtol=1e-4)

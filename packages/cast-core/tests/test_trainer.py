@@ -215,14 +215,14 @@ def test_non_finite_loss_skips_the_update(tmp_path):
     logs = []
     trainer = Trainer(fake_config(steps=2, sample_every=0), tmp_path / "run", log=logs.append)
     before = [p.detach().clone() for p in trainer.params]
-    real = trainer.updater.log_prob
+    real = trainer.updater.sde_log_prob
 
     def poisoned(*args):
         step = real(*args)
         step.log_prob = step.log_prob * float("nan")
         return step
 
-    trainer.updater.log_prob = poisoned
+    trainer.updater.sde_log_prob = poisoned
     trainer.run()
     assert trainer.counters["skipped_updates"] == 2
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
@@ -463,7 +463,7 @@ def test_block_noise_trains_on_policy_and_explores_block_constant_moves(tmp_path
     out = trainer.rollout(PROMPTS[:2], window, 0)
     sig = out.sigmas
     for t, si in enumerate(out.step_indices):
-        step = trainer.updater.log_prob(
+        step = trainer.updater.sde_log_prob(
             out.latents[:, t], out.next_latents[:, t], sig[si], sig[si + 1], out.conditioning, sig[1]
         )
         move = (out.next_latents[:, t] - step.mean).detach()

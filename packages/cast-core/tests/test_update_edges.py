@@ -18,6 +18,7 @@ from cast_core.conditioning import select_rows
 from cast_core.distributed import Distributed
 from cast_core.loss import flow_grpo_objective
 from cast_core.trainer import Trainer
+from cast_core.types import PassBatch
 from cast_core.update import PolicyUpdate
 
 from test_trainer import fake_config, quiet
@@ -228,7 +229,8 @@ def test_sgd_step_is_the_mean_loss_gradient(tmp_path, micro):
     rows = torch.tensor(box["rows"])
     cond = select_rows(rollout.conditioning, rows)
     T = len(rollout.step_indices)
-    total = sum(ref._loss(rollout, rows, t, box["advantages"], cond)[0] for t in range(T)) / T
+    ids = [rollout.sample_ids[int(r)] for r in rows] if rollout.sample_ids else [(0, int(r)) for r in rows]
+    total = sum(ref._loss(PassBatch(rollout, rows, ids, box["advantages"], cond, t)).loss for t in range(T)) / T
     grads = torch.autograd.grad(total, ref.params)
     expected = torch.cat([(p.detach() - LR * g).reshape(-1) for p, g in zip(ref.params, grads)])
     run(up, box)
@@ -345,7 +347,7 @@ def test_sample_ratio_mode_uses_the_configured_adv_clip(tmp_path):
     gen = torch.Generator().manual_seed(0)
     lp, old = 0.01 * torch.randn(4, 6, 3, generator=gen), 0.01 * torch.randn(4, 6, generator=gen)
     adv = 3.0 * torch.randn(4, 6, generator=gen)
-    loss, _ = up.objective(lp, old, adv)
+    loss, _ = up.objective.ratio_loss(up.config, lp, old, adv)
     want, _ = flow_grpo_objective(lp.mean(-1).mean(1), old.mean(1), adv.mean(1), up.config.clip_range, adv_clip=0.5)
     loose, _ = flow_grpo_objective(lp.mean(-1).mean(1), old.mean(1), adv.mean(1), up.config.clip_range, adv_clip=None)
     assert float(loss) == float(want) and float(loss) != float(loose)

@@ -34,7 +34,16 @@ def test_budgets_and_what_each_method_changes():
     full = plan(quick=False)
     assert full.images_per_run == 12_800 and full.seeds == (0, 1, 2) and full.eval_seeds == tuple(range(10))
     assert full.eval_suite == "heldout-test" and full.methods == ("flow-grpo", "cast")
-    allowed = {"projector", "ratio_mode", "window", "window_kwargs", "heatmap_source", "scorer", "scorer_kwargs"}
+    allowed = {
+        "projector",
+        "ratio_mode",
+        "window",
+        "window_kwargs",
+        "heatmap_source",
+        "scorer",
+        "scorer_kwargs",
+        "objective",
+    }
     assert all(set(o) <= allowed for o in METHODS.values())
     cast, fg = overrides_for("cast", 1, full), overrides_for("flow-grpo", 1, full)
     assert cast["window_kwargs"] == {"start": 2, "size": 2} and cast["window"] == "fixed"
@@ -49,6 +58,13 @@ def test_budgets_and_what_each_method_changes():
     cast0 = overrides_for("cast", 0, full)
     assert {k: v for k, v in learned.items() if k != "scorer"} == {
         k: v for k, v in cast0.items() if k != "scorer_kwargs"
+    }
+    # the forward-process rows drop the shared window (they have none) and keep everything else
+    nft = overrides_for("cast-nft", 0, full)
+    assert "window" not in nft and "window_kwargs" not in nft
+    assert nft["objective"] == "nft" and nft["projector"] == "spatial" and nft["heatmap_source"] == "final"
+    assert {k: v for k, v in nft.items() if k not in ("objective", "heatmap_source")} == {
+        k: v for k, v in cast0.items() if k not in ("window", "window_kwargs")
     }
 
 

@@ -81,30 +81,29 @@ def register_recipes(register):
     # auto: the template grammar where it reads a prompt, else an LLM (decomposer_kwargs.llm_path), else
     # one prompt-level atom; metrics.jsonl counts which
     parts = {"scorer": "soft-tifa", "decomposer": "auto", "projector": "spatial", "window": "clip-curvature"}
-    register(
-        "flux2",
-        Recipe(
+    recipes = {
+        "flux2": Recipe(
             policy="flux2",
             **parts,
             settings=_settings(num_steps=8, eta=0.9),
             description="CAST on FLUX.2-dev: --set policy_kwargs.path=DIR (one 80 GB GPU or more)",
         ),
-    )
-    register(
-        "flux2-klein",
-        Recipe(
+        "flux2-klein": Recipe(
             policy="flux2-klein",
             **parts,
             settings=_settings(num_steps=8, eta=0.9),
             description="CAST on FLUX.2-klein: --set policy_kwargs.path=DIR",
         ),
-    )
-    register(
-        "qwen-image",
-        Recipe(
+        "qwen-image": Recipe(
             policy="qwen-image",
             **parts,
             settings=_settings(num_steps=10, eta=1.2),
             description="CAST on Qwen-Image(-2512): --set policy_kwargs.path=DIR",
         ),
-    )
+    }
+    from cast_core.objectives.recipes import objective_variants
+
+    for name, recipe in recipes.items():
+        register(name, recipe)
+        for variant_name, variant in objective_variants(name, recipe).items():  # flux2-nft, flux2-cast-awm, …
+            register(variant_name, variant)

@@ -54,12 +54,18 @@ class TrainConfig:
     decomposer: str = _f("fake", "prompt decomposer component")
     projector: str = _f("spatial", "advantage projector component", choices=None)
     window: str | None = _f(None, "window selector component; unset = fixed window_start/window_size")
+    objective: str = _f(
+        "sde-clipped",
+        "the update's objective: sde-clipped (Flow-GRPO / CAST, clipped ratio of SDE-window log-probs), "
+        "nft (DiffusionNFT), awm (advantage-weighted matching), or a plugin's",
+    )
     policy_kwargs: dict = _f(None, "keyword arguments for the policy factory", factory=dict)
     scorer_kwargs: dict = _f(None, "keyword arguments for the scorer factory", factory=dict)
     window_kwargs: dict = _f(None, "keyword arguments for the window selector factory", factory=dict)
     decomposer_kwargs: dict = _f(
         None, "keyword arguments for the decomposer factory (e.g. geneval2's data file)", factory=dict
     )
+    objective_kwargs: dict = _f(None, "keyword arguments for the objective factory (e.g. nft's beta)", factory=dict)
     prompts: Any = _f(
         None,
         "training prompts: a list, a text file (one a line), 'suite:NAME' (a registered "
@@ -433,7 +439,7 @@ def toml_value(value: Any) -> str:
 #: the recipes tried, in order, when none is named (the first one installed is used)
 DEFAULT_RECIPES = ("shapes", "cast")
 #: the component kinds a recipe names and a command line may replace one by one
-COMPONENT_KEYS = ("policy", "scorer", "window", "decomposer", "projector")
+COMPONENT_KEYS = ("policy", "scorer", "window", "decomposer", "projector", "objective")
 
 
 def build_config(
@@ -477,6 +483,7 @@ def build_config(
     user |= {k.split(".")[0] for k in values}
     flags = {**components, "steps": steps}
     cfg.update({k: v for k, v in flags.items() if v is not None}, "command line")
+    _drop_window_for_forward_objective(cfg, user | {k for k, v in components.items() if v is not None})
     ignored = sorted(user & {"window_start", "window_size"})
     if ignored and cfg.window is not None:
         raise ConfigError(
@@ -486,6 +493,26 @@ def build_config(
             "or drop the selector with --set window=none"
         )
     return cfg.validate()
+
+
+def _drop_window_for_forward_objective(cfg: "TrainConfig", user: set[str]) -> None:
+    """An objective that samples with the plain ODE (``uses_window = False``: nft, awm) has no
+    window: a recipe's selector is dropped, one the user asked for is refused."""
+    from cast_core.registry import objective_uses_window
+
+    if objective_uses_window(cfg.objective):
+        return
+    asked = sorted(user & {"window", "window_kwargs", "window_start", "window_size"})
+    if asked and (
+        cfg.window is not None or "window_kwargs" in asked or "window_start" in asked or "window_size" in asked
+    ):
+        raise ConfigError(
+            f"{', '.join(asked)} would be ignored: objective {cfg.objective!r} samples with the plain ODE and "
+            f"trains on the forward process, so it has no SDE window. Drop {asked[0]}, or choose an objective "
+            f'that uses one (objective = "sde-clipped")'
+        )
+    cfg.window = None
+    cfg.window_kwargs = {}
 
 
 def dotted_kwargs(sets, table: str, base: dict | None = None) -> dict:

@@ -109,13 +109,23 @@ def _draw_batch(trainer: Any, step: int, window: Window, x0_steps: tuple[int, ..
     return rollout, verdicts, scored.rows, scored.advantages, float(reward_stats(verdicts)["reward_gm"])
 
 
+def _needs_a_window(trainer: Any) -> None:
+    """The signal is per SDE step: an objective without a window has none to measure."""
+    if not trainer.objective.uses_window:
+        from cast_core.config import ConfigError
+
+        raise ConfigError(
+            f"cast signal measures the gradient of each SDE step, and objective {trainer.config.objective!r} "
+            "samples with the plain ODE (no window steps); measure it with benchmarks/credit_gradient.py, "
+            'or set objective = "sde-clipped"'
+        )
+
+
 def _step_loss(trainer: Any, rollout, rows: torch.Tensor, cond, t: int, adv: torch.Tensor) -> torch.Tensor:
-    sig, si = rollout.sigmas, rollout.step_indices[t]
-    cur = trainer.updater.log_prob(
-        rollout.latents[rows, t], rollout.next_latents[rows, t], sig[si], sig[si + 1], cond, sig[1]
-    )
-    loss, _ = trainer.updater.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
-    return loss
+    from cast_core.types import PassBatch
+
+    ids = [rollout.sample_ids[int(r)] for r in rows] if rollout.sample_ids else [(0, int(r)) for r in rows]
+    return trainer.updater._loss(PassBatch(rollout, rows, ids, adv, cond, t, 0, trainer.step)).loss
 
 
 def _flat_grad(trainer: Any) -> torch.Tensor:
@@ -138,6 +148,7 @@ def step_signal(
     """
     if batches < 2:
         raise ValueError(f"batches must be >= 2, got {batches}")
+    _needs_a_window(trainer)
     cfg = trainer.config
     n_steps = cfg.num_steps
     per_step: list[list[torch.Tensor]] = [[] for _ in range(n_steps)]
@@ -189,6 +200,7 @@ def window_signal(
     :func:`step_signal` asks which steps *can* carry signal; this asks how much signal the
     configuration as trained actually has, e.g. whether shared starts or block noise help.
     """
+    _needs_a_window(trainer)
     if batches < 2:
         raise ValueError(f"batches must be >= 2, got {batches}")
     window.check_fits(trainer.config.num_steps)

@@ -77,6 +77,11 @@ def register_embedders(register: RegisterFn) -> None:
 
 
 @hookspec
+def register_objectives(register: RegisterFn) -> None:
+    """Register Objective factories (the update's loss): ``register("nft", lazy("cast_core.objectives.nft:NFT"))``."""
+
+
+@hookspec
 def register_prompt_suites(register: RegisterFn) -> None:
     """Register named prompt lists for eval and training: ``register("heldout-hard", lambda: [...])``."""
 

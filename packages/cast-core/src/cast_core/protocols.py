@@ -1,4 +1,4 @@
-"""The five component kinds every plugin implements, as runtime-checkable Protocols.
+"""The component kinds every plugin implements, as runtime-checkable Protocols.
 
 They are deliberately architecture-neutral: core never learns about UNets, VAEs or tokenizers, so
 a new backbone or judge is one plugin away. ``isinstance(obj, AtomScorer)`` only checks that the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ContextManager, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from cast_core.scene_graph import ATOM_KINDS, RELATION_SKILLS, Atom, Entity, SceneGraph
-from cast_core.types import AdvantageMap, AtomScores, PlanSubject, Recipe, Rollout, Window
+from cast_core.types import AdvantageMap, AtomScores, ObjectiveTerms, PassBatch, PlanSubject, Recipe, Rollout, Window
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -27,6 +27,7 @@ __all__ = [
     "AtomScorer",
     "AdvantageProjector",
     "Embedder",
+    "Objective",
     "PROTOCOLS",
     "OPTIONAL_FEATURES",
     "Preparable",
@@ -42,6 +43,8 @@ __all__ = [
     "CalibrationPrompts",
     "HeatmapNeeds",
     "DecompositionStats",
+    "KeepsState",
+    "SamplesWithOwnPolicy",
     "self_shards",
     "Atom",
     "Entity",
@@ -52,6 +55,8 @@ __all__ = [
     "AdvantageMap",
     "Recipe",
     "PlanSubject",
+    "PassBatch",
+    "ObjectiveTerms",
     "ATOM_KINDS",
     "RELATION_SKILLS",
 ]
@@ -164,6 +169,34 @@ class Embedder(Protocol):
         """``[B, 3, H, W]`` images in ``[0, 1]`` → ``[B, D]`` float embeddings."""
 
 
+@runtime_checkable
+class Objective(Protocol):
+    """How the update turns a step's samples and their advantages into a loss (the clipped SDE
+    ratio of Flow-GRPO and CAST, DiffusionNFT, advantage-weighted matching, …).
+
+    ``uses_window`` says what sampling must keep: ``True`` — SDE steps inside a window with
+    their log-probs (``Rollout.latents``/``next_latents``/``log_probs``); ``False`` — the plain
+    ODE and only the clean final latents (``Rollout.final_latents``): no window is selected and
+    no trajectory is kept. The update calls :meth:`loss` ``passes(rollout)`` times per
+    micro-batch and averages them (window steps, or timesteps drawn on the forward process).
+
+    ``update`` is the run's :class:`cast_core.update.PolicyUpdate`; an objective uses its
+    ``policy``, ``config``, ``image_size``, ``velocity(latents, sigma, cond)`` (the current
+    policy under the run's precision, with gradients), ``reference_velocity(...)`` (the
+    adapter-free model, no gradients) and ``sde_log_prob(...)``. Advantages arrive as maps
+    ``[n, N]`` whatever the projector: an objective must accept a per-position map (CAST's
+    credit) as well as a map constant per sample (scalar credit), and ``config.ratio_mode ==
+    "sample"`` asks it to average the map per sample first."""
+
+    uses_window: bool
+
+    def passes(self, rollout: Rollout) -> int:
+        """How many loss passes one micro-batch of ``rollout`` gets (≥ 1)."""
+
+    def loss(self, update: Any, batch: PassBatch) -> ObjectiveTerms:
+        """The loss, KL term and diagnostics of pass ``batch.t`` over ``batch.rows``."""
+
+
 #: kind name (as used by the registry, CLI and JSON) -> protocol
 PROTOCOLS: dict[str, type] = {
     "policy": Policy,
@@ -172,6 +205,7 @@ PROTOCOLS: dict[str, type] = {
     "atom_scorer": AtomScorer,
     "advantage_projector": AdvantageProjector,
     "embedder": Embedder,
+    "objective": Objective,
 }
 
 
@@ -331,6 +365,37 @@ class DecompositionStats(Protocol):
         """The path that decomposed ``prompt`` (``None`` if it has not been decomposed)."""
 
 
+@runtime_checkable
+class KeepsState(Protocol):
+    """An objective with state of its own across steps (DiffusionNFT's and AWM's old policy: an
+    EMA of the trained adapter). The trainer calls :meth:`attach` once with the trainable
+    parameters, :meth:`after_update` after every step's update, and saves :meth:`state` in each
+    checkpoint (tensors laid out like the parameters; sharded ones are gathered) and hands it
+    back to :meth:`restore` on resume, so that a resumed run continues bit for bit."""
+
+    def attach(self, params: "list[torch.nn.Parameter]") -> None:
+        """Take the run's trainable parameters (called before the first step)."""
+
+    def after_update(self, params: "list[torch.nn.Parameter]", optimizer_steps: int) -> None:
+        """After a step's update; ``optimizer_steps`` counts the run's optimizer steps so far."""
+
+    def state(self) -> "tuple[dict, dict[str, torch.Tensor]]":
+        """JSON-able values and named tensors (one per parameter, laid out like it)."""
+
+    def restore(self, state: Mapping[str, Any], tensors: "Mapping[str, torch.Tensor]") -> None:
+        """Load what :meth:`state` returned (tensors as saved: full, on the CPU)."""
+
+
+@runtime_checkable
+class SamplesWithOwnPolicy(Protocol):
+    """An objective that samples with a policy other than the trained one (DiffusionNFT samples
+    with its old policy): the trainer samples inside :meth:`sampling`."""
+
+    def sampling(self, params: "list[torch.nn.Parameter]") -> ContextManager[None]:
+        """A context in which the policy's trainable ``params`` hold the sampling policy's
+        values; on exit they are exactly what they were."""
+
+
 #: kind -> the optional features a component of that kind may have
 OPTIONAL_FEATURES: dict[str, tuple[type, ...]] = {
     "policy": (
@@ -348,4 +413,5 @@ OPTIONAL_FEATURES: dict[str, tuple[type, ...]] = {
     "atom_scorer": (),
     "advantage_projector": (HeatmapNeeds,),
     "embedder": (Identified,),
+    "objective": (KeepsState, SamplesWithOwnPolicy),
 }

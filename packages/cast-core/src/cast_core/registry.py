@@ -46,6 +46,7 @@ KINDS: dict[str, Kind] = {
         "advantage_projector", "register_advantage_projectors", "projector", PROTOCOLS["advantage_projector"]
     ),
     "embedder": Kind("embedder", "register_embedders", "embedder", PROTOCOLS["embedder"]),
+    "objective": Kind("objective", "register_objectives", "objective", PROTOCOLS["objective"]),
     "prompt_suite": Kind("prompt_suite", "register_prompt_suites", "prompt suite", None),
     "recipe": Kind("recipe", "register_recipes", "recipe", None),
 }
@@ -217,6 +218,12 @@ def factory_takes(kind: str, name: str, key: str) -> bool:
     return key in names or not complete
 
 
+def objective_uses_window(name: str) -> bool:
+    """Whether objective ``name`` samples an SDE window (its class's ``uses_window``), read
+    without building it: the config decides whether a recipe's window applies."""
+    return bool(getattr(_factory_target("objective", name), "uses_window", True))
+
+
 def build_offering(kind: str, name: str, offered: dict[str, Any]) -> Any:
     """:func:`build` with only those of ``offered`` the factory accepts (all of them when its
     ``**kwargs`` stay open): run-wide settings reach the components that use them."""
@@ -258,6 +265,20 @@ def get_advantage_projector(name: str, **kwargs: Any) -> Any:
 
 def get_embedder(name: str, **kwargs: Any) -> Any:
     return build("embedder", name, **kwargs)
+
+
+def get_objective(name: str, **kwargs: Any) -> Any:
+    return build("objective", name, **kwargs)
+
+
+def build_objective(config: Any) -> Any:
+    """The run's objective: ``objective_kwargs``, plus the run-wide settings it accepts and the
+    user did not give (``adv_clip``), so that nft's advantage scale follows the run's clip."""
+    names, complete = _keywords(_factory_target("objective", config.objective))
+    offered = {"adv_clip": config.adv_clip}
+    kwargs = {k: v for k, v in offered.items() if k in names and complete}
+    kwargs.update(config.objective_kwargs)
+    return build("objective", config.objective, **kwargs)
 
 
 def get_prompt_suite(name: str) -> list[str]:

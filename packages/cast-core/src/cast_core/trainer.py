@@ -50,12 +50,15 @@ from cast_core.protocols import (
     CalibrationPrompts,
     DecompositionStats,
     GradientCheckpointing,
+    KeepsState,
     OffloadsTextEncoder,
     PerStepWindow,
     Preparable,
+    SamplesWithOwnPolicy,
     self_shards,
 )
 from cast_core.registry import (
+    build_objective,
     build_offering,
     check_factory_kwargs,
     factory_takes,
@@ -114,6 +117,7 @@ class Trainer:
             ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
             ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
             ("window_selector", cfg.window, cfg.window_kwargs, "window_kwargs"),
+            ("objective", cfg.objective, cfg.objective_kwargs, "objective_kwargs"),
         ):
             if name:  # before anything heavy is built (an empty window name means no selector)
                 check_factory_kwargs(kind, name, kwargs, key)
@@ -138,6 +142,13 @@ class Trainer:
             },
         )
         self.selector = get_window_selector(cfg.window, **cfg.window_kwargs) if cfg.window else None
+        self.objective = build_objective(cfg)
+        if not self.objective.uses_window and cfg.heatmap_source == "x0":
+            raise ConfigError(
+                f"config key 'heatmap_source': \"x0\" scores the maps on x̂0 before the window's first step, "
+                f"and objective {cfg.objective!r} samples with the plain ODE (no window); "
+                f'set heatmap_source = "final"'
+            )
         try:
             self.latent_grid = self.policy.latent_grid(self.image_size)
         except ValueError as err:  # a size this policy cannot draw: one line, before any prompt is encoded
@@ -167,10 +178,12 @@ class Trainer:
             weight_decay=cfg.weight_decay,
         )
         self.ema = [p.detach().clone() for p in self.params] if cfg.ema > 0 else None
+        if isinstance(self.objective, KeepsState):  # e.g. NFT's old policy starts as the adapter
+            self.objective.attach(self.params)
         self.step = 0
         # the run's counts, saved in every checkpoint; only the trainer changes them (the judge and
         # the update report what they dropped, and the step adds it here)
-        self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0}
+        self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0, "optimizer_steps": 0}
         self.judge = Judge(
             scorer,
             self.decomposer,
@@ -194,6 +207,7 @@ class Trainer:
             log=self.log,
             ema=self.ema,
             sharded=self.sharded,
+            objective=self.objective,
         )
 
     def _build_policy(self) -> Any:
@@ -314,6 +328,8 @@ class Trainer:
             self.counters.update(state.get("counters", {}))
             if self.ema is not None and tensors:
                 self.ema = [like(tensors[f"ema.{i}"], p) for i, p in enumerate(self.params)]
+            if isinstance(self.objective, KeepsState):
+                self._restore_objective(ckpt, state, tensors)
             self.log(
                 f"resumed {self.run_dir} from {ckpt.name}" + (f" (skipped {len(skipped)} newer)" if skipped else "")
             )
@@ -327,6 +343,19 @@ class Trainer:
             )
         self.log(f"no checkpoint in {self.run_dir} yet; starting from step 0")
         self.files.truncate_metrics(0, warn=self.log)
+
+    def _restore_objective(self, ckpt: Path, state: dict, tensors: dict) -> None:
+        saved = state.get("objective")
+        if saved is None or saved.get("name") != self.config.objective:
+            raise CastError(
+                f"{ckpt} was written by a run whose objective was "
+                f"{(saved or {}).get('name', 'sde-clipped')!r}, not {self.config.objective!r}: its state "
+                "cannot continue this run. Resume with the run's own config, or start a new run with another --out"
+            )
+        prefix = "objective."
+        self.objective.restore(
+            saved.get("state", {}), {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+        )
 
     # == the loop ==================================================================================
     def run(self) -> dict:
@@ -397,6 +426,9 @@ class Trainer:
             self.log(f"step {self.step}: non-finite advantages; update skipped")
         else:
             metrics.update(self.update(rollout, scored))
+        self.counters["optimizer_steps"] += self.updater.optimizer_steps - steps_before
+        if isinstance(self.objective, KeepsState):  # e.g. NFT's old policy trails the adapter
+            self.objective.after_update(self.params, self.counters["optimizer_steps"])
         self.step += 1
         elapsed = time.perf_counter() - t0
         metrics.update(
@@ -431,6 +463,8 @@ class Trainer:
 
     def window_for(self, step: int, prompts: list[str]) -> Window:
         cfg = self.config
+        if not self.objective.uses_window:  # the plain ODE: no step explores, no trajectory is kept
+            return Window(0, 0)
         if self.selector is None:
             return Window(cfg.window_start, cfg.window_size).check_fits(cfg.num_steps)
         if isinstance(self.selector, PerStepWindow):  # random, sliding: drawn from the run's seed and the step
@@ -519,7 +553,8 @@ class Trainer:
             )
         cond = self.prompt_cache.batch(batch)
         chunk = cfg.sample_batch_size or len(batch)
-        with self.autocast():
+        own = isinstance(self.objective, SamplesWithOwnPolicy) and hasattr(self, "params")
+        with self.autocast(), self.objective.sampling(self.params) if own else contextlib.nullcontext():
             parts = [
                 sample(
                     self.policy,
@@ -617,12 +652,17 @@ class Trainer:
         path = self.run_dir / "checkpoints" / f"step-{self.step:05d}"
         if self.dist.is_main or self.sharded:
             tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
+            extra: dict = {}
+            if isinstance(self.objective, KeepsState):
+                values, named = self.objective.state()
+                tensors.update({f"objective.{k}": v for k, v in named.items()})
+                extra["objective"] = {"name": self.config.objective, "state": values}
             path = save_checkpoint(
                 self.run_dir,
                 self.step,
                 self.policy,
                 self.optimizer,
-                {"counters": self.counters, "config": self.config.to_dict()},
+                {"counters": self.counters, "config": self.config.to_dict(), **extra},
                 tensors,
                 keep=self.config.keep_checkpoints,
                 write_extra=self._save_ema_adapter if self.ema is not None else None,

@@ -130,6 +130,7 @@ class Recipe:
     projector: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    objective: str | None = None
 
 
 @dataclass
@@ -159,6 +160,39 @@ class ScoredGroups:
     projector_stats: list[dict] = field(default_factory=list)
     scorer_failures: int = 0
     reward_stats: dict = field(default_factory=dict)
+
+
+@dataclass
+class PassBatch:
+    """One forward/backward pass of the update, as an :class:`~cast_core.protocols.Objective`
+    sees it: ``rows`` of ``rollout`` (a ``[n]`` index tensor; a rank without members in a
+    minibatch gets one placeholder row whose loss is weighted zero), their sample ``ids``
+    ``(prompt index, member)``, their ``advantages`` ``[n, N]`` (the projector's maps, flattened
+    over the latent grid; a scalar credit is a map constant per sample), the rows'
+    ``conditioning``, the pass index ``t`` (``0 ≤ t < objective.passes(rollout)``), the inner
+    ``epoch`` and the training ``step``. Random draws (forward-process noise, timesteps) must
+    come from :func:`cast_core.seeding.generator_for` keyed by ``(step, epoch, t, id)`` so that
+    they do not depend on micro-batching or the process count."""
+
+    rollout: Rollout
+    rows: "torch.Tensor"
+    ids: list[tuple[int, int]]
+    advantages: "torch.Tensor"
+    conditioning: Any
+    t: int
+    epoch: int = 0
+    step: int = 0
+
+
+@dataclass
+class ObjectiveTerms:
+    """What an objective returns for one pass: the policy ``loss`` (a scalar, mean over the
+    pass's samples), the ``kl`` term (scalar; the update adds ``config.beta · kl``) and
+    ``diagnostics`` (floats; the update logs their sample-weighted means)."""
+
+    loss: "torch.Tensor"
+    kl: "torch.Tensor"
+    diagnostics: dict = field(default_factory=dict)
 
 
 @dataclass

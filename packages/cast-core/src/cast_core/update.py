@@ -29,15 +29,17 @@ import torch
 
 from cast_core.conditioning import select_rows
 from cast_core.distributed import Distributed
-from cast_core.loss import clipped_objective, flow_grpo_objective, kl_penalty
-from cast_core.sde import reduce_per_position, sde_step
+from cast_core.sde import sde_step
 from cast_core.seeding import generator_for
 from cast_core.sharding import full_tensor, gradients_unsynced, local
-from cast_core.types import Rollout
+from cast_core.types import ObjectiveTerms, PassBatch, Rollout
 
 __all__ = ["PolicyUpdate", "UpdateResult"]
 
-_MEAN_KEYS = ("loss", "kl", "clip_fraction", "approx_kl", "ratio_mean")
+#: sample-weighted means logged for every objective; an objective's other diagnostics are added
+_MEAN_KEYS = ("loss", "kl")
+#: extremes over the passes, when an objective reports them
+_MIN_KEYS, _MAX_KEYS = ("ratio_min",), ("ratio_max",)
 
 
 class UpdateResult(NamedTuple):
@@ -62,22 +64,37 @@ class PolicyUpdate:
         log: Callable[[str], None],
         ema: list | None,
         sharded: bool = False,
+        objective: Any = None,
     ):
         self.config, self.policy, self.params, self.optimizer = config, policy, params, optimizer
         self.dist, self.module, self.autocast, self.image_size = dist, module, autocast, image_size
         self.log, self.ema = log, ema
+        if objective is None:
+            from cast_core.objectives.sde_clipped import SDEClipped
+
+            objective = SDEClipped()
+        self.objective = objective
         # DDP and FSDP2 average gradients over ranks; the explicit path sums them
         self.fsdp = sharded and module is not None and dist.active
         self.module_syncs = self.fsdp or (module is not None and dist.active and hasattr(module, "no_sync"))
         self.optimizer_steps = 0  # gradient syncs so far (a benchmark counts their bytes)
 
-    # -- one transition's log-prob and objective --------------------------------------------------
-    def log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
+    # -- what an objective computes with (cast_core.protocols.Objective) -------------------------
+    def velocity(self, latents, sigma, cond):
+        """The current policy's velocity under the run's precision (with gradients)."""
+        with self.autocast():
+            return self.policy.velocity(latents, sigma, cond, image_size=self.image_size)
+
+    def reference_velocity(self, latents, sigma, cond):
+        """The adapter-free reference model's velocity (no gradients)."""
+        with torch.no_grad(), self.policy.reference():
+            return self.velocity(latents, sigma, cond)
+
+    def sde_log_prob(self, latents, next_latents, sigma, sigma_next, cond, sigma_max):
         """The SDE step of a stored transition under the current policy. The velocity runs under
         the same autocast as sampling (``precision``), so that the first pass recomputes exactly
         the sampled log-probs; the SDE arithmetic stays in float32."""
-        with self.autocast():
-            v = self.policy.velocity(latents, sigma, cond, image_size=self.image_size)
+        v = self.velocity(latents, sigma, cond)
         return sde_step(
             v,
             latents,
@@ -89,31 +106,9 @@ class PolicyUpdate:
             noise_block=self.config.noise_block,
         )
 
-    def objective(self, log_prob: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """The clipped objective of one window step: per position (CAST) or per sample (Flow-GRPO)."""
-        cfg = self.config
-        if cfg.ratio_mode == "position":
-            return clipped_objective(reduce_per_position(log_prob), old, adv, cfg.clip_range)
-        return flow_grpo_objective(
-            reduce_per_position(log_prob).mean(1), old.mean(1), adv.mean(1), cfg.clip_range, adv_clip=cfg.adv_clip
-        )
-
-    def _loss(
-        self, rollout: Rollout, rows: torch.Tensor, t: int, adv: torch.Tensor, cond
-    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        cfg = self.config
-        sig = rollout.sigmas
-        si = rollout.step_indices[t]
-        sigma, sigma_next = sig[si], sig[si + 1]
-        x, x_next = rollout.latents[rows, t], rollout.next_latents[rows, t]
-        cur = self.log_prob(x, x_next, sigma, sigma_next, cond, sig[1])
-        loss, diag = self.objective(cur.log_prob, rollout.log_probs[rows, t], adv)
-        kl = torch.zeros((), device=loss.device)
-        if cfg.beta > 0:
-            with torch.no_grad(), self.policy.reference():
-                ref = self.log_prob(x, x_next, sigma, sigma_next, cond, sig[1])
-            kl = kl_penalty(cur.mean, ref.mean, cur.std_dev_t)
-        return loss, kl, diag
+    def _loss(self, batch: PassBatch) -> ObjectiveTerms:
+        """One pass of the run's objective (a benchmark wraps this to measure a pass's memory)."""
+        return self.objective.loss(self, batch)
 
     # -- the update -------------------------------------------------------------------------------
     def minibatches(self, kept_ids: list[tuple[int, int]], step: int) -> list[list[list[tuple[int, int]]]]:
@@ -146,10 +141,11 @@ class PolicyUpdate:
         cfg = self.config
         row_of = dict(zip(ids, rows))
         adv_of = dict(zip(ids, range(len(ids))))
-        T = len(rollout.step_indices)
-        sums = {k: 0.0 for k in _MEAN_KEYS}
-        weight_total, ratio_min, ratio_max, grad_norms, skipped = 0.0, float("inf"), float("-inf"), [], 0
-        for epoch_batches in self.minibatches(all_ids, step):
+        T = self.objective.passes(rollout)
+        sums: dict[str, float] = {}
+        extremes: dict[str, float] = {}
+        weight_total, grad_norms, skipped = 0.0, [], 0
+        for epoch, epoch_batches in enumerate(self.minibatches(all_ids, step)):
             for members in epoch_batches:
                 mine = [s for s in members if s in row_of]
                 micro = cfg.micro_batch_size or max(len(mine), 1)
@@ -160,13 +156,20 @@ class PolicyUpdate:
                 for i, (chunk, t) in enumerate(passes):
                     last = i == len(passes) - 1
                     with self._no_sync(not last):
-                        ok, stats = self._accumulate(rollout, chunk, t, row_of, adv_of, advantages, len(members), T)
+                        ok, stats = self._accumulate(
+                            rollout, chunk, t, row_of, adv_of, advantages, len(members), T, epoch, step
+                        )
                     finite &= ok
                     if stats:
-                        for k in _MEAN_KEYS:
-                            sums[k] += stats[k] * stats["weight"]
-                        weight_total += stats["weight"]
-                        ratio_min, ratio_max = min(ratio_min, stats["ratio_min"]), max(ratio_max, stats["ratio_max"])
+                        w = stats.pop("weight")
+                        for k, v in stats.items():
+                            if k in _MIN_KEYS:
+                                extremes[k] = min(extremes.get(k, float("inf")), v)
+                            elif k in _MAX_KEYS:
+                                extremes[k] = max(extremes.get(k, float("-inf")), v)
+                            else:
+                                sums[k] = sums.get(k, 0.0) + v * w
+                        weight_total += w
                 self.optimizer_steps += 1
                 if not self.module_syncs:
                     self.dist.sum_gradients(self.params)
@@ -185,7 +188,7 @@ class PolicyUpdate:
                     with torch.no_grad():
                         for e, p in zip(self.ema, self.params):
                             e.lerp_(p.detach(), 1.0 - cfg.ema)
-        return UpdateResult(self._metrics(sums, weight_total, ratio_min, ratio_max, grad_norms), skipped)
+        return UpdateResult(self._metrics(sums, weight_total, extremes, grad_norms), skipped)
 
     def _no_sync(self, skip: bool):
         if skip and self.fsdp:
@@ -204,6 +207,8 @@ class PolicyUpdate:
         advantages: torch.Tensor,
         minibatch: int,
         T: int,
+        epoch: int = 0,
+        step: int = 0,
     ) -> tuple[bool, dict | None]:
         """Forward and backward of one micro-batch at window step ``t``, weighted by its share of
         the minibatch. An empty chunk (a rank without members here) runs a zero-weighted pass
@@ -211,17 +216,21 @@ class PolicyUpdate:
         if chunk:
             rows = torch.tensor([row_of[s] for s in chunk])
             adv = advantages[[adv_of[s] for s in chunk]]
-            weight = len(chunk) / minibatch
+            weight, ids = len(chunk) / minibatch, list(chunk)
         else:
             if not self.dist.active:
                 return True, None
-            rows, adv, weight = (
+            rows, adv, weight, ids = (
                 torch.tensor([0]),
                 advantages.new_zeros(1, advantages.shape[1] if advantages.ndim == 2 else 1),
                 0.0,
+                [rollout.sample_ids[0] if rollout.sample_ids else (0, 0)],
             )
         cond = select_rows(rollout.conditioning, rows)
-        loss, kl, diag = self._loss(rollout, rows, t, adv.to(rollout.log_probs.device), cond)
+        device = (rollout.log_probs if rollout.log_probs is not None else rollout.final_latents).device
+        batch = PassBatch(rollout, rows, ids, adv.to(device), cond, t, epoch, step)
+        terms = self._loss(batch)
+        loss, kl, diag = terms.loss, terms.kl, terms.diagnostics
         total = (loss + self.config.beta * kl) * (weight / T)
         if self.module_syncs:
             total = total * self.dist.world  # DDP averages over ranks; the weights already sum to 1
@@ -237,13 +246,17 @@ class PolicyUpdate:
         stats = {"loss": float(loss.detach()), "kl": float(kl.detach()), "weight": weight / T, **diag}
         return finite, stats
 
-    def _metrics(self, sums: dict, weight: float, ratio_min: float, ratio_max: float, grad_norms: list) -> dict:
+    def _metrics(self, sums: dict, weight: float, extremes: dict, grad_norms: list) -> dict:
         """Weighted means over every rank's passes (so they equal a single process's)."""
-        parts = self.dist.gather_objects((sums, weight, ratio_min, ratio_max))
-        total = sum(w for _, w, _, _ in parts)
-        out = {k: (sum(s[k] for s, _, _, _ in parts) / total if total else float("nan")) for k in _MEAN_KEYS}
-        lo, hi = min(p[2] for p in parts), max(p[3] for p in parts)
-        out["ratio_min"] = lo if lo != float("inf") else float("nan")
-        out["ratio_max"] = hi if hi != float("-inf") else float("nan")
+        parts = self.dist.gather_objects((sums, weight, extremes))
+        total = sum(w for _, w, _ in parts)
+        keys = list(_MEAN_KEYS) + sorted({k for s, _, _ in parts for k in s} - set(_MEAN_KEYS))
+        out = {k: (sum(s.get(k, 0.0) for s, _, _ in parts) / total if total else float("nan")) for k in keys}
+        for k in _MIN_KEYS:
+            if any(k in e for _, _, e in parts):
+                out[k] = min(e.get(k, float("inf")) for _, _, e in parts)
+        for k in _MAX_KEYS:
+            if any(k in e for _, _, e in parts):
+                out[k] = max(e.get(k, float("-inf")) for _, _, e in parts)
         out["grad_norm"] = sum(grad_norms) / len(grad_norms) if grad_norms else float("nan")
         return out

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from cast_core.objectives.recipes import VARIANTS
+
 #: config overrides on top of the `shapes` recipe: what each method changes, nothing else
 _CAST = {"projector": "spatial", "ratio_mode": "position"}
 METHODS: dict[str, dict] = {
@@ -54,6 +56,18 @@ METHODS: dict[str, dict] = {
     # the heatmaps; the evaluation is still the oracle's
     "cast-learned-judge": {**_CAST, "scorer": "shapes-judge"},
 }
+# the forward-process objectives (issue 40), scalar and CAST's credit: the variants' own settings
+# (cast_core.objectives.recipes), with no window (None drops the shared one) and the world's
+# learning rate, group size and steps, as every row here; DiffusionNFT's and AWM's other numbers
+# are their published defaults (the objectives' own defaults)
+for _suffix, (_objective, _projector, _ratio) in VARIANTS.items():
+    METHODS[_suffix] = {
+        "objective": _objective,
+        "projector": _projector,
+        "ratio_mode": _ratio,
+        "window": None,
+        "heatmap_source": "final",
+    }
 QUICK_METHODS = ("flow-grpo", "cast")
 FULL_METHODS = ("flow-grpo", "cast")
 #: the demo's configuration (cast_shapes.commands.DEMO_SETTINGS), chosen on heldout-hard
@@ -140,6 +154,8 @@ def overrides_for(method: str, seed: int, plan_: BenchPlan) -> dict:
             out[key] = {**plan_.shared.get(key, {}), **method_keys.get(key, {})}
     if "window" in method_keys and "window_kwargs" not in method_keys:
         out.pop("window_kwargs", None)  # a method's own selector does not inherit the shared one's arguments
+    if "window" in method_keys and method_keys["window"] is None:
+        out.pop("window")  # no window at all (a forward-process objective): the recipe's is dropped too
     if "scorer" in method_keys and "scorer_kwargs" not in method_keys:
         out.pop("scorer_kwargs", None)  # nor its own scorer the shared scorer's (the oracle's count_maps)
     out.update(

@@ -53,39 +53,42 @@ def _suite_factory(name):
 
 @hookimpl
 def register_recipes(register):
-    register(
-        "shapes",
-        Recipe(
-            policy="shapes",
-            scorer="shapes-oracle",
-            decomposer="template",
-            projector="spatial",
-            window="clip-curvature",
-            settings={
-                "prompts": "cast_shapes.suites:train_prompts",
-                # the two steps ending at the measured formation point: the shapes-scene similarity
-                # settles (>= 0.9) at step 7 of 10, within one step of the oracle's own ground truth
-                # (docs/results.md, "Window validation"); earlier steps' x̂0 is too blurry to point at objects
-                "window_kwargs": {"embedder": "shapes-scene", "method": "settle", "window_size": 2},
-                # maps from x̂0 before the window, not from the final image (docs/shapes-rl.md)
-                "heatmap_source": "x0",
-                "num_steps": 10,
-                "eta": 0.7,
-                "group_size": 8,
-                "prompts_per_step": 4,
-                "lr": 1e-4,
-                "clip_range": 1e-3,
-                "adv_clip": 5.0,
-                "beta": 0.0,
-                "lam": 1.0,
-                "gating": "soft",
-                "ratio_mode": "position",
-                "sample_every": 10,
-                "checkpoint_every": 25,
-            },
-            description="CAST on the built-in shapes world (CPU, minutes): the default of `cast train`",
-        ),
+    shapes = Recipe(
+        policy="shapes",
+        scorer="shapes-oracle",
+        decomposer="template",
+        projector="spatial",
+        window="clip-curvature",
+        settings={
+            "prompts": "cast_shapes.suites:train_prompts",
+            # the two steps ending at the measured formation point: the shapes-scene similarity
+            # settles (>= 0.9) at step 7 of 10, within one step of the oracle's own ground truth
+            # (docs/results.md, "Window validation"); earlier steps' x̂0 is too blurry to point at objects
+            "window_kwargs": {"embedder": "shapes-scene", "method": "settle", "window_size": 2},
+            # maps from x̂0 before the window, not from the final image (docs/shapes-rl.md)
+            "heatmap_source": "x0",
+            "num_steps": 10,
+            "eta": 0.7,
+            "group_size": 8,
+            "prompts_per_step": 4,
+            "lr": 1e-4,
+            "clip_range": 1e-3,
+            "adv_clip": 5.0,
+            "beta": 0.0,
+            "lam": 1.0,
+            "gating": "soft",
+            "ratio_mode": "position",
+            "sample_every": 10,
+            "checkpoint_every": 25,
+        },
+        description="CAST on the built-in shapes world (CPU, minutes): the default of `cast train`",
     )
+    register("shapes", shapes)
+    from cast_core.objectives.recipes import objective_variants
+
+    # shapes-nft, shapes-awm, shapes-cast-nft, shapes-cast-awm: without KL, as every method here
+    for name, recipe in objective_variants("shapes", shapes, kl=False).items():
+        register(name, recipe)
 
 
 @hookimpl

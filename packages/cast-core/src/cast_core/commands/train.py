@@ -42,6 +42,7 @@ def _finished_steps(run_dir: Path) -> int | None:
 @click.option("--window", help="Window selector component.")
 @click.option("--decomposer", help="Decomposer component.")
 @click.option("--projector", help="Advantage projector component (spatial = CAST, scalar = Flow-GRPO).")
+@click.option("--objective", help="The update's objective (sde-clipped, nft, awm or a plugin's).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of config keys.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override one config key (repeatable).")
 @click.option("--steps", type=int, help="Training steps.")
@@ -70,6 +71,7 @@ def train_command(
     window,
     decomposer,
     projector,
+    objective,
     config_file,
     sets,
     steps,
@@ -100,7 +102,9 @@ def train_command(
     from cast_core.trainer import Trainer
 
     if resume_dir:
-        if any(x is not None for x in (recipe, policy, scorer, window, decomposer, projector, config_file, out)):
+        if any(
+            x is not None for x in (recipe, policy, scorer, window, decomposer, projector, objective, config_file, out)
+        ):
             raise click.UsageError("--resume continues a run as configured; only --steps and --set may change")
         cfg = update_from_file(
             TrainConfig(), load_toml(Path(resume_dir) / "config.toml"), Path(resume_dir) / "config.toml"
@@ -137,6 +141,7 @@ def train_command(
                 "window": window,
                 "decomposer": decomposer,
                 "projector": projector,
+                "objective": objective,
             },
             config_file=config_file,
             sets=sets,

@@ -58,6 +58,25 @@ def register_advantage_projectors(register):
     )
 
 
+@hookimpl
+def register_objectives(register):
+    register(
+        "sde-clipped",
+        lazy("cast_core.objectives.sde_clipped:SDEClipped"),
+        description="Flow-GRPO / CAST: clipped ratio of SDE-window log-probs, per sample or per position",
+    )
+    register(
+        "nft",
+        lazy("cast_core.objectives.nft:NFT"),
+        description="DiffusionNFT: implicit positive/negative velocities on the forward process, ODE sampling",
+    )
+    register(
+        "awm",
+        lazy("cast_core.objectives.awm:AWM"),
+        description="advantage-weighted matching: advantage-weighted flow-matching loss, ODE sampling",
+    )
+
+
 # Flow-GRPO's published defaults (config/grpo.py, geneval_sd3), shared by both recipes so that
 # a comparison changes only what CAST changes. Recipes name components; the window selectors
 # come from cast-windows (`--window none` falls back to window_start/window_size).
@@ -104,3 +123,7 @@ def register_recipes(register):
             description="CAST: measured window, per-atom advantages through heatmaps, per-position ratios",
         ),
     )
+    from cast_core.objectives.recipes import VARIANTS, variant
+
+    for suffix in VARIANTS:  # nft, awm, cast-nft, cast-awm: the objectives' published settings
+        register(suffix, variant(suffix))

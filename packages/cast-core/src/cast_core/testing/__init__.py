@@ -17,6 +17,7 @@ from cast_core.testing.conformance import (
     PolicyConformance,
     WindowSelectorConformance,
 )
+from cast_core.testing.objective_conformance import ObjectiveConformance
 from cast_core.testing.fakes import ConstantScorer, FakeDecomposer, FakePolicy, LeftBrightnessScorer, simple_graph
 from cast_core.testing.plugin_package import PluginPackageConformance
 
@@ -27,6 +28,7 @@ __all__ = [
     "AtomScorerConformance",
     "AdvantageProjectorConformance",
     "EmbedderConformance",
+    "ObjectiveConformance",
     "FakePolicy",
     "ConstantScorer",
     "FakeDecomposer",
