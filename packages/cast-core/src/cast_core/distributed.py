@@ -88,6 +88,17 @@ class Distributed:
         self.bytes_sent += t.numel() * t.element_size()
         return bool(t.item())
 
+    def max_ints(self, values: list[int]) -> list[int]:
+        """The element-wise maximum of ``values`` over ranks (one small all-reduce)."""
+        if not self.active:
+            return [int(v) for v in values]
+        import torch.distributed as dist
+
+        t = torch.tensor([int(v) for v in values], dtype=torch.long, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        self.bytes_sent += t.numel() * t.element_size()
+        return [int(v) for v in t.tolist()]
+
     def sum_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
         """Sum the gradients of ``params`` over ranks in one flat buffer (the path for a policy
         that does not wrap itself with ``prepare``; the loss is scaled so the sum is the

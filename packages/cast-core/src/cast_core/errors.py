@@ -12,10 +12,16 @@ class CastError(Exception):
 
 
 class Interrupted(CastError):
-    """Ctrl-C ended a run cleanly (after a checkpoint); the CLI exits with 130, the shell's code
-    for SIGINT, so scripts can tell it from a failure."""
+    """Ctrl-C or SIGTERM ended a run (after a checkpoint, or at once before training or on a
+    second signal); the CLI exits with the shell's code for the signal, 130 for SIGINT and 143
+    for SIGTERM, so scripts and schedulers can tell it from a failure."""
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int = 2):
+        super().__init__(message)
+        self.signum = int(signum)
+        self.exit_code = 128 + self.signum
 
 
 class PluginError(CastError):

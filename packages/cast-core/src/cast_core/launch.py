@@ -27,8 +27,23 @@ def in_distributed_launch() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def launch_local(num_processes: int, argv: list[str]) -> int:
-    """Run ``cast <argv>`` as ``num_processes`` processes; the exit code of the launcher."""
+#: how long torchrun's agent waits for the processes to checkpoint after a signal before it
+#: sends SIGKILL (its own default, 30 s, is shorter than one step of a large model)
+SHUTDOWN_TIMEOUT_S = 900
+
+
+def launch_local(num_processes: int, argv: list[str]) -> tuple[int, int | None]:
+    """Run ``cast <argv>`` as ``num_processes`` processes: ``(the launcher's exit code, the
+    signal that stopped the run or None)``.
+
+    The launcher runs in its own session, and each SIGINT / SIGTERM this process hears is passed
+    on to it exactly once (the agent hands it to every process: the first makes them finish the
+    step and checkpoint, a second aborts them). In the terminal's process group a Ctrl-C would
+    reach the launcher twice, from the terminal and from us, and abort at once."""
+    import signal
+
+    from cast_core.interrupt import SIGNALS
+
     cmd = [
         sys.executable,
         "-m",
@@ -41,10 +56,28 @@ def launch_local(num_processes: int, argv: list[str]) -> int:
         "127.0.0.1",
         "--master_port",
         str(free_port()),
+        "--shutdown_timeout",
+        str(SHUTDOWN_TIMEOUT_S),
         "-m",
         "cast_core.cli",
         *argv,
     ]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_processes)))
-    return subprocess.call(cmd, env=env)
+    heard: list[int] = []
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+
+    def forward(signum, frame) -> None:
+        heard.append(signum)
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:  # already gone
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in SIGNALS}
+    try:
+        code = proc.wait()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code, (heard[0] if heard else None)

@@ -34,6 +34,7 @@ __all__ = [
     "SelfSharding",
     "OffloadsTextEncoder",
     "GradientCheckpointing",
+    "ChecksPrompts",
     "Plannable",
     "FastInference",
     "Identified",
@@ -272,6 +273,18 @@ class GradientCheckpointing(Protocol):
 
 
 @runtime_checkable
+class ChecksPrompts(Protocol):
+    """A policy that can tell at start-up which prompts it cannot read (too many tokens, say),
+    so that ``cast train`` refuses them before it writes anything, instead of failing at the
+    first step that encodes one (after the window was measured)."""
+
+    def check_prompts(self, prompts: Sequence[str]) -> None:
+        """Raise :class:`~cast_core.errors.ConfigError` naming the first prompt the policy cannot
+        encode (cut to ~80 characters), why, and the limit; return None when all are fine.
+        Cheap: no model call."""
+
+
+@runtime_checkable
 class Plannable(Protocol):
     """A policy that can be built at real size without weights, so that ``cast plan`` traces
     the memory of a run before launch (and ``cast train`` refuses one that cannot fit).
@@ -402,6 +415,7 @@ OPTIONAL_FEATURES: dict[str, tuple[type, ...]] = {
         Preparable,
         OffloadsTextEncoder,
         GradientCheckpointing,
+        ChecksPrompts,
         Plannable,
         FastInference,
         Identified,

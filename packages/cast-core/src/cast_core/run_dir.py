@@ -177,11 +177,28 @@ class RunDirectory:
     def __del__(self):
         self.unlock()
 
-    def create(self, config: dict[str, Any]) -> None:
+    def create(self, config: dict[str, Any], notes: dict[str, str] | None = None) -> None:
         if not self.writer:
             return
         self.samples.mkdir(parents=True, exist_ok=True)
-        (self.path / "config.toml").write_text(dump_toml(config))
+        self.write_config(config, notes)
+
+    def write_config(self, config: dict[str, Any], notes: dict[str, str] | None = None) -> None:
+        """``config.toml``, replaced atomically (a signal or crash mid-write must not leave an
+        empty one that ``--resume`` cannot read). ``notes`` puts a TOML comment after a key's
+        line, e.g. that a selector's window made ``window_size`` unused: a comment, so that the
+        file still loads as the same configuration."""
+        if not self.writer:
+            return
+        lines = dump_toml(config).splitlines()
+        for i, line in enumerate(lines):
+            key = line.split(" = ", 1)[0]
+            if not line.startswith("#") and key in (notes or {}):
+                lines[i] = f"{line}  # {' '.join(notes[key].split())}"
+        path = self.path / "config.toml"
+        tmp = path.with_suffix(".toml.tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, path)
 
     def truncate_metrics(self, step: int, warn: Callable[[str], None] | None = None) -> None:
         """Drop metric lines written after the checkpoint we resume from (they will be redone)."""

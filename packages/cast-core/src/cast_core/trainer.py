@@ -48,6 +48,7 @@ from cast_core.progress import TrainingProgress
 from cast_core.prompts import resolve_prompts
 from cast_core.protocols import (
     CalibrationPrompts,
+    ChecksPrompts,
     DecompositionStats,
     GradientCheckpointing,
     KeepsState,
@@ -67,6 +68,7 @@ from cast_core.registry import (
     get_policy,
     get_window_selector,
 )
+from cast_core.resume import finished_work, no_checkpoint_left
 from cast_core.run_dir import RunDirectory, jsonable, jsonable_tree
 from cast_core.sampling import concat_rollouts, decode_images, sample
 from cast_core.seeding import generator_for, sample_generators, seed_for
@@ -126,6 +128,8 @@ class Trainer:
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
         self.policy = self._build_policy()
         self.prompts = resolve_prompts(cfg.prompts)
+        if isinstance(self.policy, ChecksPrompts):  # a prompt it cannot read fails now, not after the window
+            self.policy.check_prompts(list(self.prompts))
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
         # every other component is built (and every cheap check made) before any prompt is encoded
         scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
@@ -181,6 +185,8 @@ class Trainer:
         if isinstance(self.objective, KeepsState):  # e.g. NFT's old policy starts as the adapter
             self.objective.attach(self.params)
         self.step = 0
+        self.zero_spread_steps = 0  # leading steps whose every group got one reward for all its images
+        self.no_reward_spread = False  # the last step's
         # the run's counts, saved in every checkpoint; only the trainer changes them (the judge and
         # the update report what they dropped, and the step adds it here)
         self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0, "optimizer_steps": 0}
@@ -305,7 +311,28 @@ class Trainer:
         if resume:
             self._resume_from_intact_checkpoint()
         self.dist.barrier()  # every process has read the directory before the main one writes
-        self.files.create(self.config.to_dict())
+        self.files.create(self.config.to_dict(), self._window_notes(self.files.read_window()))
+
+    def _window_notes(self, measured: dict | None) -> dict[str, str]:
+        """Comments for config.toml's ``window_start`` / ``window_size`` when they are not what
+        the run trains with, so that the file never claims a window the run did not use."""
+        cfg = self.config
+        if not self.objective.uses_window:
+            why = f"unused: objective {cfg.objective!r} samples with the plain ODE (no window)"
+        elif self.selector is None:
+            return {}
+        elif isinstance(self.selector, PerStepWindow):
+            why = f"unused: selector {cfg.window!r} picks each step's window (metrics.jsonl window_start/window_size)"
+        elif measured is None:
+            why = f"unused: selector {cfg.window!r} measures the window at the first step (window.json)"
+        else:
+            end = measured["start"] + measured["size"] - 1
+            why = (
+                f"unused: the run trains on the window selector {cfg.window!r} measured, steps "
+                f"{measured['start']}..{end} (window_start = {measured['start']}, window_size = "
+                f"{measured['size']}; window.json)"
+            )
+        return {"window_start": why, "window_size": why}
 
     def _resume_from_intact_checkpoint(self) -> None:
         """Load the newest checkpoint that verifies and loads, naming every newer one skipped.
@@ -341,6 +368,9 @@ class Trainer:
                 f"{self.run_dir} has {len(skipped)} checkpoint(s) but none is intact ({reasons}); refusing "
                 "to restart from step 0 over them. Restore a checkpoint, or start a new run with another --out"
             )
+        lost = finished_work(self.run_dir)
+        if lost:  # e.g. every checkpoint deleted: a restart would rewrite metrics.jsonl from step 1
+            raise CastError(no_checkpoint_left(self.run_dir, lost))
         self.log(f"no checkpoint in {self.run_dir} yet; starting from step 0")
         self.files.truncate_metrics(0, warn=self.log)
 
@@ -376,8 +406,12 @@ class Trainer:
             ):
                 while self.step < cfg.steps:
                     last = self.train_step()
-                    # rank 0's clock and Ctrl-C decide for everyone: every process stops at the same step
-                    out_of_time, stop = self.dist.broadcast_object((time.monotonic() >= deadline, interrupt.requested))
+                    self._warn_if_no_reward_spread()
+                    # rank 0's clock, and a signal heard by any process, decide for everyone: every
+                    # process stops at the same step (SIGTERM wins over SIGINT when both were heard)
+                    late = self.dist.is_main and time.monotonic() >= deadline
+                    out_of_time, signum = self.dist.max_ints([int(late), interrupt.signum or 0])
+                    stop = signum != 0
                     final = self.step == cfg.steps or out_of_time or stop
                     if self.step % cfg.log_every == 0 or final:
                         metrics_file.write(json.dumps(jsonable(last)) + "\n")
@@ -389,7 +423,8 @@ class Trainer:
                     if stop and self.step < cfg.steps:
                         raise Interrupted(
                             f"interrupted at step {self.step}; checkpoint written. Continue with "
-                            f"`cast train --resume {self.run_dir}`"
+                            f"`cast train --resume {self.run_dir}`",
+                            signum,
                         )
                     if final and self.step < cfg.steps:
                         self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
@@ -398,6 +433,23 @@ class Trainer:
             trackers.finish(self.accelerator)
             self.files.unlock()
         return last
+
+    def _warn_if_no_reward_spread(self) -> None:
+        """One warning when the first 2 steps of a run had no judged group with two different
+        rewards: every advantage is then 0 and the run learns nothing (a constant judge)."""
+        if self.zero_spread_steps < 0:  # decided already
+            return
+        if not self.no_reward_spread:
+            self.zero_spread_steps = -1
+            return
+        self.zero_spread_steps += 1
+        if self.zero_spread_steps == 2:
+            self.zero_spread_steps = -1
+            self.log(
+                f"warning: scorer {self.config.scorer!r} gave every image of each group the same reward "
+                "in the first 2 steps, so every advantage is 0 and nothing is learned; use a scorer "
+                "that tells the images apart (--scorer)"
+            )
 
     def train_step(self) -> dict:
         """One step: prompts → window → rollout → judge and project → update → metrics."""
@@ -417,6 +469,8 @@ class Trainer:
             "window_size": window.size,
             **scored.reward_stats,
         }
+        # verdicts are gathered whole, so every process decides the same
+        self.no_reward_spread = bool(scored.kept) and all(bool((v.scores == v.scores[:1]).all()) for v in scored.kept)
         if not scored.kept:
             self.counters["skipped_updates"] += 1
             metrics["skipped"] = "no group could be scored"
@@ -508,6 +562,7 @@ class Trainer:
                 "diagnostics": jsonable_tree(dict(window.diagnostics)),
             }
             self.files.write_window(record)
+            self.files.write_config(self.config.to_dict(), self._window_notes(record))
             self.log(
                 f"window: steps {window.start}..{window.end - 1} of {self.config.num_steps} ({self.config.window})"
             )

@@ -173,6 +173,21 @@ class ShapesPolicy:
             raise ValueError(f"{path}: unexpected LoRA tensors {result.unexpected_keys[:3]}")
 
     # -- extras -----------------------------------------------------------------------------------
+    def check_prompts(self, prompts: Sequence[str]) -> None:
+        """Refuse a prompt longer than the text encoder reads (cast_core's ``ChecksPrompts``),
+        when the run starts rather than at the first step that encodes it."""
+        from cast_core.errors import ConfigError
+
+        limit = self.tokenizer.max_tokens
+        for prompt in prompts:
+            n = len(self.tokenizer.words(prompt))  # one token per word or comma
+            if n > limit:
+                shown = prompt if len(prompt) <= 80 else prompt[:77] + "..."
+                raise ConfigError(
+                    f"prompt {shown!r} has {n} tokens; the shapes policy reads at most {limit} "
+                    "(words and commas each count one); shorten it or remove it from prompts"
+                )
+
     #: What `cast window --policy shapes` measures with unless told otherwise: the oracle's scene
     #: as discrete facts and the settle rule — the pair whose formation point agrees with the
     #: oracle ground truth (docs/results.md, "Window validation"); the shapes *recipe* keeps its own

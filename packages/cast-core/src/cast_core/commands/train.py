@@ -82,9 +82,9 @@ def train_command(
 ):
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
-    from cast_core.config import TrainConfig, build_config, load_toml, parse_set, update_from_file
+    from cast_core.errors import Interrupted
+    from cast_core.interrupt import abort_on_signals, signal_name
     from cast_core.launch import in_distributed_launch, launch_local
-    from cast_core.prompts import check_code_prompts
 
     if num_processes > 1 and not in_distributed_launch():
         if not resume_dir and not out:  # every process must agree on the directory
@@ -92,10 +92,56 @@ def train_command(
         argv = _argv_without_num_processes(click.get_current_context())
         if out and "--out" not in argv and not resume_dir:
             argv += ["--out", out]
-        code = launch_local(num_processes, argv)
+        code, signum = launch_local(num_processes, argv)
+        if signum:  # the processes heard it from the launcher; rank 0 said how they stopped
+            raise Interrupted(f"{num_processes}-process run stopped by {signal_name(signum)}; see the lines above", signum)
         if code:
             raise click.ClickException(f"{num_processes}-process run failed (exit code {code}); see the messages above")
         return
+    # until the loop starts there is nothing to checkpoint: a signal ends the command at once,
+    # with the shell's exit code (130 / 143) and one line; the loop then stops gracefully
+    where: list[Path] = []
+    with abort_on_signals():
+        try:
+            _train(
+                recipe, policy, scorer, window, decomposer, projector, objective, config_file, sets, steps,
+                out, resume_dir, allow_code_prompts, where,
+            )  # fmt: skip
+        except KeyboardInterrupt as err:
+            signum = getattr(err, "signum", 2)
+            raise Interrupted(_aborted(signal_name(signum), where[0] if where else None), signum) from None
+
+
+def _aborted(what: str, run_dir: Path | None) -> str:
+    """The one line for a run ended at once: before its loop, or by a second signal."""
+    if run_dir is None or not (run_dir / "config.toml").exists():
+        return f"aborted by {what} before training started; nothing was written"
+    from cast_core.resume import finished_work
+
+    done = _finished_steps(run_dir)
+    if done is None and finished_work(run_dir):
+        return f"aborted by {what} before the run's first checkpoint; nothing to resume: start a new run with --out"
+    if done is None:
+        return f"aborted by {what} before the first step; start again with `cast train --resume {run_dir}`"
+    return (
+        f"aborted by {what}; nothing after checkpoint step {done} was kept. Continue with "
+        f"`cast train --resume {run_dir}`"
+    )
+
+
+def _train(
+    recipe, policy, scorer, window, decomposer, projector, objective, config_file, sets, steps,
+    out, resume_dir, allow_code_prompts, where: list,
+) -> None:  # fmt: skip
+    """The command itself, single process or one process of a launch; ``where`` receives the run
+    directory as soon as it is known (for the line an abort prints)."""
+    import os
+
+    from cast_core.config import TrainConfig, build_config, load_toml, parse_set, update_from_file
+    from cast_core.launch import in_distributed_launch
+    from cast_core.prompts import check_code_prompts
+    from cast_core.resume import check_resume
+
     if in_distributed_launch() and not (out or resume_dir):
         raise click.UsageError("a multi-process run needs --out (each process would otherwise pick its own directory)")
 
@@ -110,6 +156,8 @@ def train_command(
             TrainConfig(), load_toml(Path(resume_dir) / "config.toml"), Path(resume_dir) / "config.toml"
         )
         check_code_prompts(cfg, allow_code_prompts, f"{resume_dir}/config.toml")
+        main = os.environ.get("RANK", "0") == "0"
+        check_resume(resume_dir, cfg.to_dict(), RESUMABLE, lambda msg: click.echo(msg, err=True) if main else None)
         changes = parse_set(list(sets))
         fixed = sorted(k for k in changes if k.split(".")[0] not in RESUMABLE)
         if fixed:  # the run's maths and components are what its checkpoints were trained with
@@ -132,6 +180,7 @@ def train_command(
             )
             return
         run_dir = Path(resume_dir)
+        where.append(run_dir)
     else:
         cfg = build_config(
             recipe=recipe,
@@ -149,6 +198,7 @@ def train_command(
         )
         check_code_prompts(cfg, allow_code_prompts, "config key 'prompts'")
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
+        where.append(run_dir)
     trainer = Trainer(cfg.validate(), run_dir, resume=bool(resume_dir))
     first, skipped_before = trainer.step, trainer.counters["skipped_updates"]
     last = trainer.run()
