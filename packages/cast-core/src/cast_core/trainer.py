@@ -446,7 +446,7 @@ class Trainer:
         if self.zero_spread_steps == 2:
             self.zero_spread_steps = -1
             self.log(
-                f"warning: scorer {self.config.scorer!r} gave every image of each group the same reward "
+                f"warning: the judge (scorer {self.config.scorer!r}) gave every image of each group the same reward "
                 "in the first 2 steps, so every advantage is 0 and nothing is learned; use a scorer "
                 "that tells the images apart (--scorer)"
             )
