@@ -8,7 +8,7 @@ EXAMPLES := examples/cast-plugin-example
 STAMP  := $(VENV)/.installed
 PYTEST := $(BIN)/python -m pytest -q -m "not slow"
 
-.PHONY: install test test-slow lint format mutate demo bench clean
+.PHONY: install test test-alone test-slow lint format mutate demo bench clean
 
 # Idempotent: re-runs pip only when a pyproject.toml (or this file) changed.
 install: $(STAMP)
@@ -24,6 +24,14 @@ test: install
 	@set -e; for p in $(PACKAGES) $(EXAMPLES); do \
 		echo "== $$p"; (cd $$p && $(PYTEST)); \
 	done; echo "== tests/ (cross-package)"; $(PYTEST) tests
+
+# Each package's tests in its own fresh venv (.venv-alone/<name>) holding only the package, its [dev]
+# extra and the cast packages it declares, so a dependency that only another package declares fails
+# here (in `make test` the one .venv holds everything). Torch is installed once and shared; the
+# script's docstring says exactly what the shared directory exposes. Re-runnable: a venv is rebuilt
+# only when a pyproject.toml it depends on changed. Needs no `make install`.
+test-alone:
+	$(PYTHON) scripts/test_alone.py $(PACKAGES) $(EXAMPLES)
 
 # ruff check + ruff format --check (ruff.toml: 120 columns). `make format` rewrites in place.
 RUFF_STAMP := $(VENV)/.ruff
@@ -70,4 +78,4 @@ bench: install
 	$(BIN)/cast bench --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .venv-alone .pytest_cache
