@@ -47,7 +47,7 @@ def launch_local(num_processes: int, argv: list[str]) -> tuple[int, int | None]:
     cmd = [
         sys.executable,
         "-m",
-        "torch.distributed.run",
+        "cast_core.launch",  # torch.distributed.run, minus its traceback when a signal stops it
         "--nnodes",
         "1",
         "--nproc_per_node",
@@ -81,3 +81,20 @@ def launch_local(num_processes: int, argv: list[str]) -> tuple[int, int | None]:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return code, (heard[0] if heard else None)
+
+
+def _torchrun(argv: list[str]) -> None:
+    """``torch.distributed.run`` that ends with the signal's exit code when a signal stopped it:
+    its agent has already passed the signal on to every process (which say how they stopped),
+    so the launcher's own traceback would only bury their lines."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import main
+
+    try:
+        main(argv)
+    except SignalException as err:
+        sys.exit(128 + int(err.sigval))
+
+
+if __name__ == "__main__":  # what launch_local starts
+    _torchrun(sys.argv[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -39,7 +40,11 @@ def _finished_steps(run_dir: Path) -> int | None:
 )
 @click.option("--policy", help="Policy component (overrides the recipe).")
 @click.option("--scorer", help="Atom scorer component.")
-@click.option("--window", help="Window selector component.")
+@click.option(
+    "--window",
+    help="Window selector component (see `cast plugins`), or none: no selector, the SDE window is "
+    "window_start and window_size (--set).",
+)
 @click.option("--decomposer", help="Decomposer component.")
 @click.option("--projector", help="Advantage projector component (spatial = CAST, scalar = Flow-GRPO).")
 @click.option("--objective", help="The update's objective (sde-clipped, nft, awm or a plugin's).")
@@ -83,7 +88,7 @@ def train_command(
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
     from cast_core.errors import Interrupted
-    from cast_core.interrupt import abort_on_signals, signal_name
+    from cast_core.interrupt import abort_on_signals, exit_code, signal_name
     from cast_core.launch import in_distributed_launch, launch_local
 
     if num_processes > 1 and not in_distributed_launch():
@@ -93,8 +98,8 @@ def train_command(
         if out and "--out" not in argv and not resume_dir:
             argv += ["--out", out]
         code, signum = launch_local(num_processes, argv)
-        if signum:  # the processes heard it from the launcher; rank 0 said how they stopped
-            raise Interrupted(f"{num_processes}-process run stopped by {signal_name(signum)}; see the lines above", signum)
+        if signum:  # the processes heard it through the launcher, and rank 0 said how they stopped
+            raise click.exceptions.Exit(exit_code(signum))
         if code:
             raise click.ClickException(f"{num_processes}-process run failed (exit code {code}); see the messages above")
         return
@@ -109,7 +114,23 @@ def train_command(
             )  # fmt: skip
         except KeyboardInterrupt as err:
             signum = getattr(err, "signum", 2)
-            raise Interrupted(_aborted(signal_name(signum), where[0] if where else None), signum) from None
+            err = Interrupted(_aborted(signal_name(signum), where[0] if where else None), signum)
+            _quiet_unless_main(err)
+            raise err from None
+        except Interrupted as err:
+            _quiet_unless_main(err)
+            raise
+
+
+def _quiet_unless_main(err: Exception) -> None:
+    """In a launch every process stops alike; rank 0 alone says so, the others just exit with
+    the same code."""
+    import os
+
+    if os.environ.get("RANK", "0") != "0":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        raise SystemExit(err.exit_code)
 
 
 def _aborted(what: str, run_dir: Path | None) -> str:

@@ -1,0 +1,159 @@
+"""Signals end a run the way the docs promise, in a real process (signals and exit codes need
+one): SIGTERM, what schedulers send before they kill, is the first Ctrl-C — the step finishes, a
+checkpoint is written, the exit code is 143 and ``--resume`` continues bit-identically — on every
+process of a multi-process run; a signal before the loop, or a second one, ends the command at
+once with 130 (SIGINT) or 143 (SIGTERM) and one line, never click's "Aborted!" and exit 1."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from cast_core.checkpoints import step_dirs, verify_checkpoint
+from cast_core.run_dir import read_metrics
+from cast_core.testing.fakes import fake_run_args
+from test_trainer import PROMPTS, adapter
+
+ARGS = fake_run_args(
+    prompts=PROMPTS, group_size=8, num_steps=6, window_size=3, lr=0.05, clip_range=0.2,
+    checkpoint_every=1000, sample_every=0,
+)  # fmt: skip
+MAIN = "from cast_core.cli import main; main()"
+
+
+def start(code: str, *args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        **popen,
+    )
+
+
+def wait_for(condition, what: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def one_error_line(err: str) -> str:
+    assert "Traceback" not in err and "Aborted!" not in err, err
+    lines = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_sigterm_ends_with_a_checkpoint_and_exit_143_then_resumes_identically(tmp_path):
+    run = tmp_path / "run"
+    proc = start(MAIN, "train", *ARGS, "--steps", "100000", "--out", str(run))
+    wait_for(lambda: read_metrics(run / "metrics.jsonl"), "the first metrics row")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    step = read_metrics(run / "metrics.jsonl")[-1]["step"]
+    line = one_error_line(err)
+    assert f"interrupted at step {step}; checkpoint written" in line and f"--resume {run}" in line
+    assert "interrupted (SIGTERM): finishing this step" in err
+    assert [p.name for p in step_dirs(run)] == [f"step-{step:05d}"] and verify_checkpoint(step_dirs(run)[0]) is None
+    resumed = subprocess.run(
+        [sys.executable, "-c", MAIN, "train", "--resume", str(run), "--steps", str(step + 2)],
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    ref = tmp_path / "ref"
+    subprocess.run(
+        [sys.executable, "-c", MAIN, "train", *ARGS, "--steps", str(step + 2), "--out", str(ref)],
+        check=True,
+        capture_output=True,
+    )
+    a, b = adapter(ref), adapter(run)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["reward_gm"] for r in read_metrics(run / "metrics.jsonl")] == [
+        r["reward_gm"] for r in read_metrics(ref / "metrics.jsonl")
+    ]
+
+
+#: the model build of a run made slow, with a marker saying it has begun
+SLOW_BUILD = """
+import pathlib, time, sys
+from cast_core.trainer import Trainer
+build = Trainer._build_policy
+def slow(self):
+    pathlib.Path(sys.argv[-1]).with_suffix(".building").touch()
+    time.sleep(60)
+    return build(self)
+Trainer._build_policy = slow
+from cast_core.cli import main; main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("sig, code, name", [(signal.SIGINT, 130, "Ctrl-C (SIGINT)"), (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_signal_before_the_loop_exits_with_the_signals_code_and_one_line(tmp_path, sig, code, name):
+    run = tmp_path / "run"
+    proc = start(SLOW_BUILD, "train", *ARGS, "--steps", "3", "--out", str(run))
+    wait_for(run.with_suffix(".building").exists, "the model build")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert f"aborted by {name} before training started; nothing was written" in one_error_line(err)
+    assert not (run / "config.toml").exists()
+
+
+#: the second step of a run made slow (after the first step's checkpoint), with a marker
+SLOW_SECOND_STEP = """
+import pathlib, time, sys
+from cast_core.trainer import Trainer
+step = Trainer.train_step
+def slow(self):
+    if self.step == 1:
+        pathlib.Path(sys.argv[-1]).with_suffix(".second").touch()
+        time.sleep(60)
+    return step(self)
+Trainer.train_step = slow
+from cast_core.cli import main; main(sys.argv[1:])
+"""
+
+
+def test_a_second_signal_aborts_at_once_with_its_code(tmp_path):
+    run = tmp_path / "run"
+    args = [a if a != "checkpoint_every=1000" else "checkpoint_every=1" for a in ARGS]
+    proc = start(SLOW_SECOND_STEP, "train", *args, "--steps", "5", "--out", str(run))
+    wait_for(run.with_suffix(".second").exists, "the second step")
+    proc.send_signal(signal.SIGTERM)  # finish the step...
+    time.sleep(0.5)
+    t0 = time.time()
+    proc.send_signal(signal.SIGINT)  # ...no: now
+    out, err = proc.communicate(timeout=60)
+    assert time.time() - t0 < 30, "the second signal did not abort at once"
+    assert proc.returncode == 130, err
+    line = one_error_line(err)
+    assert "aborted by Ctrl-C (SIGINT); nothing after checkpoint step 1 was kept" in line and f"--resume {run}" in line
+    assert [p.name for p in step_dirs(run)] == ["step-00001"]
+
+
+def test_sigterm_stops_every_process_of_a_two_process_run_at_one_step(tmp_path):
+    """SIGTERM to `cast train --num-processes 2` reaches both ranks once (through torchrun's
+    agent); they agree on the step, rank 0 checkpoints it, and the command exits 143."""
+    run = tmp_path / "run"
+    args = [a if a != "group_size=8" else "group_size=4" for a in ARGS]
+    proc = start(MAIN, "train", *args, "--num-processes", "2", "--steps", "100000", "--out", str(run))
+    wait_for(lambda: read_metrics(run / "metrics.jsonl"), "the first metrics row", timeout=240)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 143, err
+    step = read_metrics(run / "metrics.jsonl")[-1]["step"]
+    # rank 0 says it once (rank 1 exits alike, silently); no launcher traceback; nobody aborted
+    assert f"interrupted at step {step}; checkpoint written" in one_error_line(err)
+    assert [p.name for p in step_dirs(run)] == [f"step-{step:05d}"] and verify_checkpoint(step_dirs(run)[0]) is None
+    resumed = start(MAIN, "train", "--resume", str(run), "--num-processes", "2", "--steps", str(step + 1))
+    out, err = resumed.communicate(timeout=240)
+    assert resumed.returncode == 0, err
+    assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == list(range(1, step + 2))
