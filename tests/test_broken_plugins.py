@@ -56,11 +56,15 @@ def test_misspelled_hook_is_reported(fake_install):
 
 
 def test_duplicate_component_names_both_providers(fake_install):
+    """`cast plugins` shows the clash (it is where the user looks); a command using the name refuses."""
     path = fake_install("dup-cast-plugin", DUPLICATE)
-    out = run_cast("plugins", "--json", extra_path=path)
-    assert out.returncode == 1
-    assert "scorer 'constant' is registered twice" in out.stderr
-    assert "cast-core" in out.stderr and "dup-cast-plugin" in out.stderr
+    data = plugins_json(extra_path=path)
+    (failure,) = data["failed"]
+    assert "scorer 'constant' is registered twice" in failure["error"]
+    assert "cast-core" in failure["error"] and "dup-cast-plugin" in failure["error"]
+    out = run_cast("score", "x.png", "-p", "a red circle", "--scorer", "constant", extra_path=path)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "scorer 'constant' is registered twice" in out.stderr and "dup-cast-plugin" in out.stderr
 
 
 def test_a_plugin_calling_sys_exit_at_import_is_skipped_with_a_line(fake_install):

@@ -11,7 +11,7 @@ from cast_core.config import ConfigError, TrainConfig, parse_set
 def test_dotted_keys_merge_into_the_recipe_dict():
     cfg = build_config(
         recipe="cast",
-        components={"policy": "fake"},
+        components={"policy": "fake", "scorer": "constant"},
         sets=[
             "policy_kwargs={lora = 4, size = {h = 1, w = 2}}",
             "policy_kwargs.path=/models/x",
@@ -61,9 +61,13 @@ def test_window_keys_a_selector_would_ignore_are_refused():
         match="window_size and window_start would be ignored: this run.s window comes "
         "from the 'random' selector \\(recipe 'flow-grpo'\\)",
     ):
-        build_config(recipe="flow-grpo", components={"policy": "fake"}, sets=["window_start=1", "window_size=3"])
+        build_config(
+            recipe="flow-grpo", components={"policy": "fake", "scorer": "constant"}, sets=["window_start=1", "window_size=3"]
+        )
     cfg = build_config(
-        recipe="flow-grpo", components={"policy": "fake"}, sets=["window=none", "window_start=1", "window_size=3"]
+        recipe="flow-grpo",
+        components={"policy": "fake", "scorer": "constant"},
+        sets=["window=none", "window_start=1", "window_size=3"],
     )
     assert (cfg.window, cfg.window_start, cfg.window_size) == (None, 1, 3)  # without the selector they apply
 
@@ -145,6 +149,8 @@ def test_a_run_whose_every_update_was_skipped_exits_non_zero(tmp_path, monkeypat
             "none",
             "--policy",
             "fake",
+            "--scorer",
+            "constant",
             "--decomposer",
             "fake",
             "--set",

@@ -24,7 +24,8 @@ SETS = ["prompts_per_step=2", "group_size=4", "micro_batch_size=8"]
 
 def room_for_two_samples() -> int:
     """GPU memory where the fake policy's micro-batch of 2 fits and the configured 8 does not."""
-    train = plan_memory(build_config(recipe="cast", sets=SETS), gpu_memory=80 * 2**30).phases["train"]
+    cfg = build_config(recipe="cast", components={"scorer": "constant"}, sets=SETS)
+    train = plan_memory(cfg, gpu_memory=80 * 2**30).phases["train"]
     return CUDA_ALLOWANCE + train["at_1"] + train["per_item"]
 
 
@@ -47,7 +48,7 @@ class Group:
 
 
 def test_a_plan_that_fits_is_logged_and_one_that_does_not_is_refused():
-    cfg = build_config(recipe="cast", sets=SETS)
+    cfg = build_config(recipe="cast", components={"scorer": "constant"}, sets=SETS)
     lines = []
     refuse_if_unfit(cfg, Group(), 80 * 2**30, lines.append)
     assert len(lines) == 1 and lines[0].startswith("memory plan: peak ") and "of 80.00 GiB" in lines[0]
@@ -61,7 +62,7 @@ def test_other_processes_follow_the_main_processs_verdict_without_planning(monke
         raise AssertionError("only the main process plans")
 
     monkeypatch.setattr("cast_core.memory_plan.check_fits", no_plan)
-    cfg = build_config(recipe="cast", sets=SETS)
+    cfg = build_config(recipe="cast", components={"scorer": "constant"}, sets=SETS)
     with pytest.raises(ConfigError, match="too small"):
         refuse_if_unfit(cfg, Group(rank=1, world=2, from_main=("refuse", "too small")), 2**20)
     refuse_if_unfit(cfg, Group(rank=1, world=2, from_main=None), 2**20)  # a policy that cannot plan

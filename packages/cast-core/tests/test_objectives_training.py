@@ -15,13 +15,14 @@ from test_trainer import PROMPTS, fake_config, metrics, quiet
 
 
 def test_a_forward_objective_drops_the_recipes_window_and_refuses_one_the_user_asks_for():
-    cfg = build_config(recipe="cast", sets=['objective="nft"'])
+    judge = {"scorer": "constant"}  # the cast recipe names none
+    cfg = build_config(recipe="cast", components=judge, sets=['objective="nft"'])
     assert cfg.objective == "nft" and cfg.window is None and cfg.window_kwargs == {}
-    assert build_config(recipe="cast").window == "clip-curvature"  # the clipped objective keeps it
+    assert build_config(recipe="cast", components=judge).window == "clip-curvature"  # the clipped objective keeps it
     with pytest.raises(ConfigError, match="objective 'nft' samples with the plain ODE"):
-        build_config(recipe="cast", components={"window": "fixed", "objective": "nft"})
+        build_config(recipe="cast", components={**judge, "window": "fixed", "objective": "nft"})
     with pytest.raises(ConfigError, match="window_kwargs"):
-        build_config(recipe="cast", sets=['objective="awm"', "window_kwargs.size=2"])
+        build_config(recipe="cast", components=judge, sets=['objective="awm"', "window_kwargs.size=2"])
 
 
 def test_x0_heatmaps_need_a_window_start(tmp_path):

@@ -81,7 +81,9 @@ def test_a_second_plan_reads_the_cache():
 def test_a_plan_that_does_not_fit_names_the_setting():
     """A GPU a few KiB larger than the allowance: the fake policy's weights fit, a larger micro
     batch does not; check_fits raises one line naming micro_batch_size."""
-    cfg = build_config(recipe="cast", sets=["prompts_per_step=2", "group_size=4", "micro_batch_size=8"])
+    cfg = build_config(
+        recipe="cast", sets=["prompts_per_step=2", "group_size=4", "micro_batch_size=8"], require_scorer=False
+    )
     roomy = plan_memory(cfg, gpu_memory=80 * 2**30)
     per_sample = roomy.phases["train"]["per_item"]
     assert per_sample > 0
@@ -89,7 +91,8 @@ def test_a_plan_that_does_not_fit_names_the_setting():
     with pytest.raises(ConfigError, match=r"set micro_batch_size = 2 \(the largest that fits; now 8\)") as err:
         check_fits(cfg, memory)
     assert "\n" not in str(err.value)
-    assert check_fits(build_config(recipe="cast", sets=["prompts_per_step=2", "group_size=4"]), "80GiB").fits
+    cfg = build_config(recipe="cast", sets=["prompts_per_step=2", "group_size=4"], require_scorer=False)
+    assert check_fits(cfg, "80GiB").fits
 
 
 class Unplannable:
@@ -106,7 +109,7 @@ def test_a_policy_without_the_feature_is_refused_in_one_line(add_plugin):
     assert out.exit_code == 1
     assert "policy 'opaque' cannot be planned: its factory has no build_for_plan" in out.output
     assert "Traceback" not in out.output
-    cfg = build_config(recipe="cast", components={"policy": "opaque"})
+    cfg = build_config(recipe="cast", components={"policy": "opaque"}, require_scorer=False)
     assert check_fits(cfg, "80GiB") is None  # the trainer's check lets it pass unchecked
 
 
@@ -189,7 +192,7 @@ def test_inside_a_process_group_the_check_plans_in_a_subprocess(tmp_path):
     check_fits runs it in a fresh interpreter and reads its JSON line."""
     import torch.distributed as dist
 
-    cfg = build_config(recipe="cast", sets=["prompts_per_step=2", "group_size=4"])
+    cfg = build_config(recipe="cast", sets=["prompts_per_step=2", "group_size=4"], require_scorer=False)
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:

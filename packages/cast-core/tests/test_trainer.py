@@ -296,7 +296,8 @@ def test_flow_grpo_recipe_loss_is_flow_grpos_formula(tmp_path):
 )
 def test_config_errors_are_one_clear_line(args, message, tmp_path):
     out = CliRunner().invoke(
-        cli, ["train", "--plugin", "cast", "--window", "none", "--out", str(tmp_path / "r"), *args]
+        cli,
+        ["train", "--plugin", "cast", "--window", "none", "--scorer", "constant", "--out", str(tmp_path / "r"), *args],
     )
     assert out.exit_code != 0
     assert message in out.output, out.output

@@ -6,6 +6,7 @@ need inside their function bodies. Plugins add commands through the ``register_c
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from typing import Any
@@ -27,6 +28,22 @@ class CastGroup(click.Group):
             exc = click.ClickException(str(err))
             exc.exit_code = getattr(err, "exit_code", exc.exit_code)
             raise exc from err
+        except OSError as err:
+            if err.errno != errno.ENAMETOOLONG:
+                raise
+            raise click.ClickException(_name_too_long(err)) from err
+
+
+def _name_too_long(err: OSError) -> str:
+    """One line for a path the file system refuses as too long (any command's --out, wherever
+    the path is first touched), naming its longest part."""
+    path = str(err.filename or "")
+    longest = max(path.split("/"), key=lambda part: len(part.encode()), default="")
+    shown = path if len(path) <= 100 else f"{path[:60]}...{path[-30:]}"
+    return (
+        f"{shown}: the path is too long for the file system (its longest name is {len(longest.encode())} bytes; "
+        "each name may have at most 255 bytes and the whole path 4096): choose a shorter --out"
+    )
 
 
 @click.group(cls=CastGroup, context_settings={"help_option_names": ["-h", "--help"]})

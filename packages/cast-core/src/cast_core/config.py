@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from cast_core.errors import ConfigError  # defined there (the registry raises it); imported from here too
 
@@ -362,12 +362,33 @@ def parse_set(assignments: list[str], option: str = "--set", example: str = "lr=
     return out
 
 
+#: the first line :func:`dump_toml` writes: a file that starts with it is a run's whole configuration
+RESOLVED_HEADER = "# resolved cast training configuration"
+
+
+def read_config_text(path: str | Path) -> str:
+    """The text of config file ``path``; a missing, unreadable or non-UTF-8 file (a binary file, a
+    UTF-16 export) is one line naming it. A UTF-8 byte-order mark is allowed."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory; give a TOML file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+            "a config must be a UTF-8 TOML file: re-save it as UTF-8 (a binary or UTF-16 file cannot be read)"
+        ) from None
+    except OSError as err:
+        raise ConfigError(f"config file {path} cannot be read: {err.strerror or err}") from None
+
+
 def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        data = tomllib.loads(read_config_text(path))
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"config file {path} is not valid TOML: {err}") from None
     if "train" in data:  # the [train] table layout: then it must hold every key
@@ -384,14 +405,20 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def is_resolved_config(path: str | Path) -> bool:
+    """Whether ``path`` is a run's ``config.toml`` (written by :func:`dump_toml`): every key of a
+    run, so loading it with ``--config`` configures a new run like that one."""
+    return read_config_text(path).startswith(RESOLVED_HEADER)
+
+
 def key_line(path: str | Path, key: str) -> int | None:
     """The line of ``path`` where top-level ``key`` is set (for errors that name file and line)."""
     pattern = re.compile(rf"^\s*(\[\s*)?[\"']?{re.escape(key)}[\"']?\s*(=|\])")
     try:
-        for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        for number, line in enumerate(Path(path).read_text(encoding="utf-8-sig").splitlines(), 1):
             if pattern.match(line):
                 return number
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         return None
     return None
 
@@ -407,7 +434,7 @@ def update_from_file(config: "TrainConfig", values: Mapping[str, Any], path: str
 def dump_toml(values: Mapping[str, Any]) -> str:
     """A TOML document for a flat mapping of scalars, lists and flat dicts (None is omitted,
     since TOML has no null, and written as a comment so the reader sees it was unset)."""
-    lines = ["# resolved cast training configuration (load with --config)"]
+    lines = [f"{RESOLVED_HEADER} (load with --config)"]
     tables = []
     for key, value in values.items():
         if value is None:
@@ -449,10 +476,18 @@ def build_config(
     config_file: str | Path | None = None,
     sets: list[str] | tuple[str, ...] = (),
     steps: int | None = None,
+    require_scorer: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> "TrainConfig":
     """A validated config from its layers, lowest first: defaults → ``recipe`` (the first of
     :data:`DEFAULT_RECIPES` installed when ``None``) → ``config_file`` → ``sets`` (``KEY=VALUE``)
     → ``components`` and ``steps`` (explicit choices; ``None`` values are not given).
+
+    A run's own ``config.toml`` as ``config_file`` stands in for the recipe: it holds every key,
+    so the new run is configured like that one. A component the user replaces drops the options
+    the recipe gave the old one (they belong to it; ``log`` hears one line), keeping the user's.
+    ``require_scorer=False`` is for callers that never judge an image (``cast plan``): everyone
+    else must name a scorer, since the default ``constant`` one would train on a flat reward.
 
     Keyword-only because the layers are easy to mix up and most callers give one or two: the CLI,
     the shapes demo and bench, ``cast signal`` and the benchmarks all build their runs here."""
@@ -463,36 +498,117 @@ def build_config(
     if unknown:
         raise TypeError(f"build_config: unknown component key(s) {unknown}; expected some of {COMPONENT_KEYS}")
     cfg = TrainConfig()
-    name = recipe
-    if name is None:
-        installed = set(list_components("recipe"))
-        name = next((r for r in DEFAULT_RECIPES if r in installed), None)
-    if name is not None:
-        found = get_recipe(name)
-        parts = {k: getattr(found, k) for k in COMPONENT_KEYS}
-        cfg.update({k: v for k, v in parts.items() if v is not None}, f"recipe {name!r}")
-        cfg.update(dict(found.settings), f"recipe {name!r}")
-        cfg.recipe = name
-    user: set[str] = set()  # keys the user set (file or --set), to refuse those the run would ignore
-    if config_file:
-        values = load_toml(config_file)
-        update_from_file(cfg, values, config_file)
-        user |= set(values)
-    values = parse_set(list(sets))
-    cfg.update(values, "--set")
-    user |= {k.split(".")[0] for k in values}
-    flags = {**components, "steps": steps}
-    cfg.update({k: v for k, v in flags.items() if v is not None}, "command line")
-    _drop_window_for_forward_objective(cfg, user | {k for k, v in components.items() if v is not None})
+    file_values = load_toml(config_file) if config_file else {}
+    resolved = bool(config_file) and is_resolved_config(config_file)
+    base: dict[str, Any] = {}  # what the recipe (or a run's config.toml) chose, before the user's layers
+    if resolved:
+        if recipe is not None:
+            raise ConfigError(
+                f"{config_file} is a run's resolved configuration (every key), so --recipe {recipe} would change "
+                "nothing; drop --recipe, or start from the recipe and give your changes with --set"
+            )
+        update_from_file(cfg, file_values, config_file)
+        name, base, base_label = cfg.recipe, dict(file_values), str(config_file)
+    else:
+        name = recipe
+        if name is None:
+            installed = set(list_components("recipe"))
+            name = next((r for r in DEFAULT_RECIPES if r in installed), None)
+        base_label = f"recipe {name!r}"
+        if name is not None:
+            found = get_recipe(name)
+            parts = {k: getattr(found, k) for k in COMPONENT_KEYS if getattr(found, k) is not None}
+            cfg.update(parts, base_label)
+            cfg.update(dict(found.settings), base_label)
+            cfg.recipe = name
+            base = {**parts, **found.settings}
+        if config_file:
+            update_from_file(cfg, file_values, config_file)
+    set_values = parse_set(list(sets))
+    cfg.update(set_values, "--set")
+    flags = {k: v for k, v in {**components, "steps": steps}.items() if v is not None}
+    cfg.update(flags, "command line")
+    layers = [] if resolved else [(file_values, str(config_file))]
+    layers += [(set_values, "--set"), (flags, "command line")]
+    user = {k.split(".")[0] for values, _ in layers for k in values}  # keys the user set: never dropped silently
+    _drop_replaced_options(cfg, base, base_label, layers, log or _note)
+    _drop_window_for_forward_objective(cfg, user)
     ignored = sorted(user & {"window_start", "window_size"})
     if ignored and cfg.window is not None:
+        start, size = cfg.window_start, cfg.window_size
+        if start + size > cfg.num_steps:  # the example must be one that runs
+            start, size = 0, min(2, cfg.num_steps)
         raise ConfigError(
             f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
-            f"{cfg.window!r} selector{f' (recipe {name!r})' if name else ''}. Set it through "
-            f"window_kwargs (e.g. --window fixed --set window_kwargs.start=2 --set window_kwargs.size=2), "
-            "or drop the selector with --set window=none"
+            f"{cfg.window!r} selector{f' ({base_label})' if base.get('window') == cfg.window else ''}. Set it "
+            f"through the fixed selector (--window fixed --set window_kwargs.start={start} "
+            f"--set window_kwargs.size={size}), or drop the selector with --set window=none"
         )
-    return cfg.validate()
+    cfg.validate()
+    if require_scorer and base.get("scorer") is None and "scorer" not in user:
+        where = f"recipe {name!r} names no scorer" if name else "no recipe names a scorer"
+        raise ConfigError(
+            f"{where}, and a run needs one to judge its images: choose one with --scorer NAME "
+            f"(installed: {', '.join(list_components('atom_scorer'))})"
+        )
+    return cfg
+
+
+#: the options table of each component kind that has one
+OPTION_TABLES = {
+    "policy": "policy_kwargs",
+    "scorer": "scorer_kwargs",
+    "window": "window_kwargs",
+    "decomposer": "decomposer_kwargs",
+    "objective": "objective_kwargs",
+}
+
+
+def _note(message: str) -> None:
+    """An informational line on stderr, from the first process only."""
+    import os
+    import sys
+
+    if os.environ.get("RANK", "0") == "0":
+        print(f"cast: note: {message}", file=sys.stderr)
+
+
+def _component_key(value: Any) -> str | None:
+    text = None if value is None else str(value).strip().lower()
+    return None if text in (None, "", "none") else text
+
+
+def _drop_replaced_options(
+    cfg: "TrainConfig",
+    base: Mapping[str, Any],
+    base_label: str,
+    layers: list[tuple[Mapping[str, Any], str]],
+    log: Callable[[str], None],
+) -> None:
+    """Options the recipe gave a component are its arguments, meaningless to (and usually refused
+    by) the one the user put in its place: ``--window fixed`` over ``window_kwargs = {embedder =
+    ...}``. They are dropped; the options the user gave (``layers``, in order) are kept and checked."""
+    for kind, table in OPTION_TABLES.items():
+        old, options = base.get(kind), base.get(table)
+        if not options or _component_key(getattr(cfg, kind)) == _component_key(old):
+            continue
+        fresh = TrainConfig()
+        for values, source in layers:
+            fresh.update({k: v for k, v in values.items() if k.split(".")[0] == table}, source)
+        setattr(cfg, table, getattr(fresh, table))
+        by = next(
+            (
+                f"--{kind} {values[kind]}" if source == "command line" else f"{source} {kind}={values[kind]}"
+                for values, source in reversed(layers)
+                if kind in values
+            ),
+            kind,
+        )
+        kept = f"; yours ({', '.join(sorted(getattr(cfg, table)))}) are kept" if getattr(cfg, table) else ""
+        log(
+            f"{by} replaces {old!r} of {base_label}, so its {table} ({', '.join(sorted(options))}) "
+            f"are dropped{kept}"
+        )
 
 
 def _drop_window_for_forward_objective(cfg: "TrainConfig", user: set[str]) -> None:

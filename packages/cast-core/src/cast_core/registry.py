@@ -72,30 +72,46 @@ def _kind(kind: str) -> Kind:
 def registrations(kind: str) -> dict[str, Registration]:
     """All registrations of ``kind`` keyed by name. Raises on duplicates; a plugin whose hook
     raises is recorded as failed (or re-raised in strict mode) and skipped."""
+    table, clashes = registrations_and_clashes(kind)
+    if clashes:
+        raise DuplicateComponentError(clashes[0][1])
+    return table
+
+
+def registrations_and_clashes(kind: str) -> tuple[dict[str, Registration], list[tuple[Registration, str]]]:
+    """:func:`registrations` that keeps going past a name registered twice: the table holds the
+    first registration of each name, and each later one comes back with the message naming both
+    providers (``cast plugins`` lists everything and shows the clash instead of refusing)."""
     spec = _kind(kind)
     load_plugins()
     table: dict[str, Registration] = {}
+    clashes: list[tuple[Registration, str]] = []
     for impl in getattr(pm.hook, spec.hook).get_hookimpls():
         source = source_of(impl.plugin_name)
         found: dict[str, Registration] = {}
 
         def register(name: str, factory: Any, *, description: str = "") -> None:
             _check_registration(spec, name, factory, source.distribution)
+            reg = Registration(kind, name, factory, impl.plugin_name, source.distribution, description)
             if name in found or name in table:
                 first = found.get(name) or table[name]
-                raise DuplicateComponentError(
-                    f"{spec.label} {name!r} is registered twice: by {first.distribution} "
-                    f"(plugin {first.plugin}) and by {source.distribution} (plugin {impl.plugin_name}). "
-                    f"Uninstall one of them or restrict loading with CAST_LOAD_PLUGINS."
+                clashes.append(
+                    (
+                        reg,
+                        f"{spec.label} {name!r} is registered twice: by {first.distribution} "
+                        f"(plugin {first.plugin}) and by {source.distribution} (plugin {impl.plugin_name}). "
+                        f"Uninstall one of them or restrict loading with CAST_LOAD_PLUGINS.",
+                    )
                 )
-            found[name] = Registration(kind, name, factory, impl.plugin_name, source.distribution, description)
+                return
+            found[name] = reg
 
         register_fn: Callable[..., None] = register
         if kind == "recipe":
             register_fn = lambda name, recipe: register(name, recipe, description=getattr(recipe, "description", ""))  # noqa: E731
         try:
             impl.function(**({"register": register_fn} if "register" in impl.argnames else {}))
-        except PluginError:  # our own checks (names, duplicates, types) are errors, not skips
+        except PluginError:  # our own checks (names, types) are errors, not skips
             raise
         except Exception as err:  # noqa: BLE001 - a plugin's bug must not break the others
             record_failure(
@@ -109,7 +125,7 @@ def registrations(kind: str) -> dict[str, Registration]:
             )
             continue
         table.update(found)
-    return table
+    return table, clashes
 
 
 def _check_registration(spec: Kind, name: Any, factory: Any, dist: str) -> None:
@@ -162,6 +178,14 @@ def build(kind: str, name: str, **kwargs: Any) -> Any:
         return prompts
     if spec.protocol is None:
         return reg.factory
+    if kwargs:  # an unknown option is one line naming it, not a TypeError from deep inside the factory
+        names, complete = _keywords(reg.factory.resolve() if hasattr(reg.factory, "resolve") else reg.factory)
+        unknown = sorted(set(kwargs) - names)
+        if complete and unknown:
+            raise ConfigError(
+                f"{spec.label} {reg.name!r} takes no argument {unknown[0]!r}. "
+                f"It accepts: {', '.join(sorted(names)) or 'none'}"
+            )
     obj = reg.factory(**kwargs)
     if not isinstance(obj, spec.protocol):
         missing = [m for m in protocol_members(spec.protocol) if not hasattr(obj, m)]
@@ -181,8 +205,20 @@ def _factory_target(kind: str, name: str) -> Any:
 def _keywords(target: Any) -> tuple[set[str], bool]:
     """The keyword names ``target`` accepts, and whether that list is complete: a class whose
     ``__init__`` passes ``**options`` up to its base is followed up the MRO (the backbone
-    policies do this) until an ``__init__`` without ``**`` closes the list."""
-    chain = [c.__init__ for c in target.__mro__ if "__init__" in vars(c)] if inspect.isclass(target) else [target]
+    policies do this) until an ``__init__`` without ``**`` closes the list. A class with no
+    ``__init__`` of its own (nor a base's) takes none: ``object.__init__``'s ``*args, **kwargs``
+    and a protocol's placeholder are not read as "takes anything"."""
+    if not inspect.isclass(target):
+        chain = [target]
+    else:
+        chain = [
+            c.__init__
+            for c in target.__mro__
+            if "__init__" in vars(c) and c is not object and not vars(c).get("_is_protocol", False)
+        ]
+        if not chain:  # object.__init__ takes no argument, unless a __new__ of the tree takes them
+            own_new = any("__new__" in vars(c) for c in target.__mro__ if c is not object)
+            return set(), not own_new
     names: set[str] = set()
     for fn in chain:
         try:

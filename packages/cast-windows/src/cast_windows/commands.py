@@ -73,13 +73,9 @@ def parse_options(pairs: tuple[str, ...], flag: str) -> dict:
 
 
 def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(s) for s in text.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of integers", param_hint="--seeds") from None
-    if not seeds:
-        raise click.BadParameter("give at least one seed", param_hint="--seeds")
-    return seeds
+    from cast_core.seeding import parse_seed_list  # cast-core's one seed syntax (ranges too)
+
+    return parse_seed_list(text, "--seeds")
 
 
 @click.command("window")
@@ -110,7 +106,13 @@ def _seeds(text: str) -> list[int]:
     type=click.IntRange(1, 100000),
     help="Calibration prompts used (N spread over the list).",
 )
-@click.option("--seeds", default="0,1", show_default=True, help="Noise seeds per prompt, comma-separated.")
+@click.option(
+    "--seeds",
+    default="0,1",
+    show_default=True,
+    callback=lambda ctx, param, value: _seeds(value),  # before the policy loads
+    help="Noise seeds per prompt: a list and/or ranges, e.g. 0,1,5 or 0-4 or 0-4,777 (each 0 or more, below 2**63).",
+)
 @click.option(
     "--window-size", type=click.IntRange(1, 1000), help="Window length ending at the knee (default: steps 0..knee)."
 )
@@ -214,7 +216,7 @@ def window_command(
         embedder_kwargs=parse_options(embedder_opt, "--embedder-opt"),
         calibration_prompts=prompts,
         num_prompts=num_prompts,
-        seeds=_seeds(seeds),
+        seeds=seeds,
         window_size=window_size,
         method=method,
         level=level,

@@ -38,7 +38,8 @@ def _seed_list(ctx, param, value: str) -> list[int]:
     default="0,1,2,3,777",
     show_default=True,
     callback=_seed_list,
-    help="Evaluation seeds, comma-separated; each seed draws the same noise for both models.",
+    help="Evaluation seeds: a list and/or ranges, e.g. 0,1,5 or 0-4 or 0-4,777 (at least two; each is "
+    "0 or more and below 2**63); each seed draws the same noise for both models.",
 )
 @click.option("--scorer", default="shapes-oracle", show_default=True, help="Atom scorer.")
 @click.option("--decomposer", default="template", show_default=True, help="Decomposer.")

@@ -51,7 +51,9 @@ def plan_command(recipe, policy, config_file, sets, gpus, gpu_memory, image_size
     from cast_core.config import build_config
     from cast_core.memory_plan import plan_memory
 
-    cfg = build_config(recipe=recipe, components={"policy": policy}, config_file=config_file, sets=sets)
+    cfg = build_config(
+        recipe=recipe, components={"policy": policy}, config_file=config_file, sets=sets, require_scorer=False
+    )
     plan = plan_memory(
         cfg,
         gpus=gpus,

@@ -7,11 +7,23 @@ import click
 from cast_core.commands.inputs import policy_opt_option
 
 
+def _seed(value: str) -> int:
+    from cast_core.seeding import parse_seed
+
+    return parse_seed(value, "--seed")
+
+
 @click.command("sample")
 @click.option("--policy", required=True, help="Policy component.")
 @click.option("--prompt", "-p", required=True, help="Prompt text.")
 @click.option("--steps", default=20, show_default=True, type=click.IntRange(1, 1000), help="Denoising steps.")
-@click.option("--seed", default=0, show_default=True, help="Noise seed.")
+@click.option(
+    "--seed",
+    default="0",
+    show_default=True,
+    callback=lambda ctx, param, value: _seed(value),
+    help="Noise seed: one integer, 0 or more and below 2**63 (the seed syntax of every command, e.g. 3).",
+)
 @click.option(
     "--images", "-n", default=1, show_default=True, type=click.IntRange(1, 1024), help="How many images (side by side)."
 )

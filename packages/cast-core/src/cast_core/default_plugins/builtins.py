@@ -79,7 +79,9 @@ def register_objectives(register):
 
 # Flow-GRPO's published defaults (config/grpo.py, geneval_sd3), shared by both recipes so that
 # a comparison changes only what CAST changes. Recipes name components; the window selectors
-# come from cast-windows (`--window none` falls back to window_start/window_size).
+# come from cast-windows (`--window none` falls back to window_start/window_size). Neither names a
+# scorer or a policy: they are the methods, for any model and judge, so a run must name its scorer
+# (--scorer NAME; build_config refuses one that does not, rather than train on `constant`).
 _GRPO_DEFAULTS = {
     "group_size": 24,
     "clip_range": 1e-4,
@@ -104,7 +106,8 @@ def register_recipes(register):
                 "beta": 0.04,
                 "window_kwargs": {"size": 3, "lo": 0, "hi": 6},
             },
-            description="Flow-GRPO(-Fast): scalar GM advantage, one ratio per sample, KL 0.04, random 3-step window",
+            description="Flow-GRPO(-Fast): scalar GM advantage, one ratio per sample, KL 0.04, random 3-step window "
+            "(name the model and judge: --policy NAME --scorer NAME)",
         ),
     )
     register(
@@ -120,7 +123,8 @@ def register_recipes(register):
                 "gating": "soft",
                 "window_kwargs": {"embedder": "pixels"},
             },
-            description="CAST: measured window, per-atom advantages through heatmaps, per-position ratios",
+            description="CAST: measured window, per-atom advantages through heatmaps, per-position ratios "
+            "(name the model and judge: --policy NAME --scorer NAME)",
         ),
     )
     from cast_core.objectives.recipes import VARIANTS, variant
