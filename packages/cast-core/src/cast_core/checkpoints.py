@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from cast_core.run_dir import WriteError, disk_problem
 from cast_core.sharding import full_optimizer_state, full_tensor, shard_optimizer_state
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -146,28 +147,75 @@ def save_checkpoint(
     root = Path(run_dir) / "checkpoints"
     final = root / f"step-{step:05d}"
     tmp = root / f".step-{step:05d}.tmp"
-    if writer:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    policy.save_adapter(tmp / "adapter")
-    blob = {
-        "optimizer": full_optimizer_state(optimizer),
-        "tensors": {k: full_tensor(v).detach().cpu() for k, v in (tensors or {}).items()},
-    }
-    if write_extra is not None:
-        write_extra(tmp)
-    if not writer:
-        return final
-    torch.save(blob, tmp / "optimizer.pt")
-    (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
-    write_manifest(tmp)
+    blob = None
+    try:
+        if writer:
+            root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        policy.save_adapter(tmp / "adapter")
+        blob = {
+            "optimizer": full_optimizer_state(optimizer),
+            "tensors": {k: full_tensor(v).detach().cpu() for k, v in (tensors or {}).items()},
+        }
+        if write_extra is not None:
+            write_extra(tmp)
+        if not writer:
+            return final
+        torch.save(blob, tmp / "optimizer.pt")
+        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+        write_manifest(tmp)
+    except Exception as err:
+        if not writer:
+            raise
+        _refuse_disk_failure(run_dir, step, tmp, err, _tensor_bytes(blob))
     if final.exists():  # re-saving the same step (e.g. after a resume): replace it whole
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in checkpoint_dirs(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+class CheckpointWriteError(WriteError):
+    """A checkpoint could not be written (disk full, read-only): the run stops with one line and
+    stays resumable from the checkpoint before it, which is left untouched."""
+
+
+def _tensor_bytes(tree: Any) -> int:
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(_tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in tree)
+    return 0
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+
+
+def _refuse_disk_failure(run_dir: str | Path, step: int, tmp: Path, err: Exception, tensor_bytes: int) -> None:
+    """Remove the half-written checkpoint and, when the disk caused the failure, raise one line
+    that says how much space a checkpoint takes and where the run can resume from; any other
+    failure is re-raised as it was."""
+    written = _dir_bytes(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
+    previous = latest_checkpoint(run_dir)
+    needed = _dir_bytes(previous) if previous is not None else max(written, tensor_bytes)
+    why = disk_problem(tmp.parent, err, needed or None)
+    if why is None:
+        raise err
+    resume = (
+        f"the run can resume from {previous.name}"
+        if previous is not None
+        else "no earlier checkpoint exists, so a resume starts from step 0"
+    )
+    raise CheckpointWriteError(
+        f"cannot write checkpoint {tmp.parent / f'step-{step:05d}'}: {why}; {resume}: make room, then "
+        f"`cast train --resume {run_dir}`"
+    ) from None
 
 
 def load_checkpoint(

@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Sequence
 
-from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences, paired_stats
+from cast_core.evaluation import (
+    evaluate,
+    paired_difference,
+    paired_skill_differences,
+    paired_stats,
+    unlike_evaluations,
+)
 
 __all__ = [
     "LAYOUT",
@@ -40,6 +46,14 @@ def _paired(base: dict[str, Any], trained: dict[str, Any]) -> dict[str, Any]:
         "gm_difference": paired_difference(base, trained),
         "skill_differences": paired_skill_differences(base, trained),
     }
+
+
+def _refuse_unlike(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Results that record different judges (``cast eval --out`` files) are not to be paired or
+    pooled; results without the record (:func:`evaluate`'s own) pass."""
+    unlike, _ = unlike_evaluations(a, b)
+    if unlike:
+        raise ValueError(f"cannot compare evaluations measured differently: {'; '.join(unlike)}")
 
 
 def evaluate_over_seeds(
@@ -92,6 +106,8 @@ def compare_evaluations(
             f"one evaluation per seed of each model: {len(seeds)} seeds, "
             f"{len(base)} base and {len(trained)} trained evaluations"
         )
+    for b, t in zip(base, trained):
+        _refuse_unlike(b, t)
     rows = [{"seed": seed, **_paired(b, t)} for seed, b, t in zip(seeds, base, trained)]
     first = base[0]
     return {
@@ -170,6 +186,7 @@ def pool_evaluations(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError("pool_evaluations needs at least one evaluation")
     first = results[0]
     for r in results[1:]:
+        _refuse_unlike(first, r)
         if r["prompts"] != first["prompts"] or r["images"] != first["images"]:
             raise ValueError(
                 f"cannot pool evaluations of different sizes: {r['prompts']} prompts / {r['images']} images "

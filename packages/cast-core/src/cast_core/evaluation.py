@@ -95,6 +95,31 @@ def evaluate(
     }
 
 
+#: what, besides the policy's weights, decides an evaluation's numbers: two results that differ in
+#: one of these measured different things, so their difference says nothing about the policy.
+#: (The prompts are compared by ``prompts_digest``; ``policy_kwargs`` and ``adapter`` are what a
+#: comparison is for, so they are recorded and may differ.)
+MEASURED_WITH = ("policy", "scorer", "scorer_kwargs", "decomposer", "decomposer_kwargs")
+
+
+def unlike_evaluations(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """``(differences, unrecorded)`` between two evaluation results' :data:`MEASURED_WITH`
+    records: each difference as ``"scorer 'a' there, 'b' here"``; ``unrecorded`` the keys
+    ``before`` lacks (a file from before results recorded them), which cannot be checked."""
+    differences, unrecorded = [], []
+    for key in MEASURED_WITH:
+        if key not in before:
+            unrecorded.append(key)
+        elif key in after and before[key] != after[key]:
+            differences.append(f"{key} {_brief(before[key])} there, {_brief(after[key])} here")
+    return differences, unrecorded
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
 def paired_difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     """GM of ``after`` minus ``before`` with its standard error over prompts.
 

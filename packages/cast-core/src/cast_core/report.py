@@ -161,26 +161,98 @@ def _comparison_html(raw: dict, warn: Callable[[str], None] | None) -> str:
     return "".join(parts)
 
 
+def _numbers_only(path: Path, rows: list[dict], warn: Callable[[str], None] | None) -> list[dict]:
+    """The metric rows with every plotted value a number (or null): a hand-edited
+    ``"reward_gm": "high"`` is dropped with a warning naming its line, instead of a traceback
+    halfway through the report. A row whose step is not a number is dropped whole."""
+    plotted = ("step", *(key for key, _ in CURVES))
+
+    def wrong(row: dict) -> list[str]:
+        return [
+            k
+            for k in plotted
+            if (k == "step" and "step" not in row)
+            or (row.get(k) is not None and (isinstance(row[k], bool) or not isinstance(row[k], (int, float))))
+        ]
+
+    if not any(wrong(row) for row in rows):
+        return rows
+    numbered = []  # (line number, row): the rows read_metrics kept, found again with their lines
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            numbered.append((number, row))
+    out = []
+    for number, row in numbered:
+        dropped = wrong(row)
+        for k in dropped:
+            if warn:
+                shown = json.dumps(row.get(k))[:40] if k in row else "missing"
+                warn(
+                    f"warning: {path}:{number}: {k} is {shown}, not a number; "
+                    + ("the line is skipped" if k == "step" else "that value is skipped")
+                )
+        if "step" not in dropped:
+            out.append({k: v for k, v in row.items() if k not in dropped})
+    return out
+
+
+def _read_json(path: Path, warn: Callable[[str], None] | None, need: tuple[str, ...] = ()) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        data, why = None, f"not readable JSON ({type(err).__name__})"
+    else:
+        missing = [k for k in need if not isinstance(data, dict) or not isinstance(data.get(k), (int, float))]
+        why = f"no numeric {', '.join(missing)}" if missing else None
+    if why is None:
+        return data
+    if warn:
+        warn(f"warning: {path} is skipped: {why}")
+    return None
+
+
+def _refuse_non_run(run: Path) -> None:
+    """A report is written into the directory it describes; one that holds no run (no
+    config.toml, metrics.jsonl or evaluation results) gets nothing, not an empty report.html."""
+    from cast_core.errors import InputError
+
+    if not run.is_dir():
+        raise InputError(f"{run} is not a directory; give a run directory written by `cast train --out`")
+    if not any((run / name).is_file() for name in ("config.toml", "metrics.jsonl")) and not any(run.glob("eval-*.json")):
+        raise InputError(
+            f"{run} is not a run directory (no config.toml, metrics.jsonl or eval-*.json); give the directory "
+            "`cast train --out` or `cast shapes demo --out` wrote"
+        )
+
+
 def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None) -> Path:
     """Build ``run_dir/report.html`` from metrics.jsonl, samples/, eval-*.json, comparison.json
-    and grid PNGs (``warn`` hears about unreadable metric lines, which are skipped, and about a
-    comparison.json whose layout it cannot read)."""
+    and grid PNGs (``warn`` hears about unreadable metric lines and values, which are skipped, and
+    about a comparison.json whose layout it cannot read). The page is written atomically: a full
+    or read-only disk is a one-line :class:`~cast_core.run_dir.WriteError` and leaves no empty file."""
     run = Path(run_dir)
-    from cast_core.run_dir import read_metrics
+    from cast_core.run_dir import read_metrics, write_atomic
 
-    metrics = read_metrics(run / "metrics.jsonl", warn)
+    _refuse_non_run(run)
+    metrics = _numbers_only(run / "metrics.jsonl", read_metrics(run / "metrics.jsonl", warn), warn)
     parts = [f"<h1>cast run: {html.escape(run.name)}</h1>"]
     if (run / "config.toml").exists():
         parts.append(
             "<details><summary>configuration</summary>"
             f"<pre>{html.escape((run / 'config.toml').read_text())}</pre></details>"
         )
-    evals = {p.stem.removeprefix("eval-"): json.loads(p.read_text()) for p in sorted(run.glob("eval-*.json"))}
+    evals = {p.stem.removeprefix("eval-"): _read_json(p, warn, ("gm", "am")) for p in sorted(run.glob("eval-*.json"))}
+    evals = {k: v for k, v in evals.items() if v is not None}
     if evals:
         suite = next(iter(evals.values())).get("suite", "")
         parts.append(f"<h2>Evaluation on {html.escape(str(suite))}</h2>" + _eval_table(evals))
-        if (run / "comparison.json").exists():
-            parts.append(_comparison_html(json.loads((run / "comparison.json").read_text()), warn))
+        comparison = _read_json(run / "comparison.json", warn) if (run / "comparison.json").exists() else None
+        if isinstance(comparison, dict):
+            parts.append(_comparison_html(comparison, warn))
     grids = sorted(run.glob("grid-*.png"))
     if grids:
         parts.append("<h2>Before / after (same prompts, same seeds; + pass, − fail per atom)</h2>")
@@ -216,9 +288,8 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
         "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}svg{margin:4px}"
     )
-    out = run / "report.html"
-    out.write_text(
+    return write_atomic(
+        run / "report.html",
         "<!doctype html><html><head><meta charset='utf-8'><title>cast report</title>"
-        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>"
+        f"<style>{style}</style></head><body>{''.join(parts)}</body></html>",
     )
-    return out

@@ -53,9 +53,111 @@ from typing import Any, Callable
 from cast_core.config import dump_toml
 from cast_core.errors import CastError
 
-__all__ = ["RunDirectory", "read_metrics", "jsonable", "jsonable_tree"]
+__all__ = ["RunDirectory", "read_metrics", "jsonable", "jsonable_tree", "write_atomic", "WriteError", "disk_problem"]
 
 LOCK = ".lock"
+
+
+# == atomic writes: a full or read-only disk gives one line and leaves no empty or partial file ==
+class WriteError(CastError):
+    """A file could not be written because of the disk (full, read-only, quota, permissions).
+    Nothing half-written is left behind; the message names the path and the space it needed."""
+
+
+_DISK_ERRNOS = {28: "no space left on device", 122: "disk quota exceeded", 27: "file too large"}
+_DISK_WORDS = {30: "read-only file system", 13: "permission denied", 1: "operation not permitted"}
+
+
+def _size(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB"):
+        n /= 1024
+        if n < 1024:
+            break
+    return f"{n:.1f} {unit}"
+
+
+def disk_problem(where: str | Path, err: BaseException, needed: int | None = None) -> str | None:
+    """Words for a write failure that is the disk's doing, or None for anything else (a bug must
+    stay a traceback). torch.save and safetensors wrap ENOSPC in their own errors, so their
+    messages are read too; when they say nothing, a nearly full disk is taken as the cause."""
+    import re
+    import shutil
+
+    code = None
+    for e in (err, err.__cause__, err.__context__):
+        if isinstance(e, OSError) and e.errno in {**_DISK_ERRNOS, **_DISK_WORDS}:
+            code = e.errno
+            break
+    if code is None:
+        text = str(err)
+        found = re.search(r"code: (\d+)", text)  # safetensors: IoError(Os { code: 28, ... })
+        if found and int(found.group(1)) in {**_DISK_ERRNOS, **_DISK_WORDS}:
+            code = int(found.group(1))
+        elif "No space left" in text:
+            code = 28
+        elif "Read-only file system" in text:
+            code = 30
+    try:
+        probe = next(p for p in (Path(where), *Path(where).parents) if p.exists())
+        free = shutil.disk_usage(probe).free
+    except (OSError, StopIteration):
+        free = None
+    if code is None and isinstance(err, (OSError, RuntimeError)) and free is not None and free < 1 << 20:
+        code = 28  # torch.save's "file write failed" on a full disk
+    if code in _DISK_WORDS:
+        return _DISK_WORDS[code]
+    if code is None:
+        return None
+    space = [f"needs about {_size(needed)}"] if needed else []
+    space += [f"{_size(free)} free"] if free is not None else []
+    return f"{_DISK_ERRNOS[code]} ({', '.join(space)})" if space else _DISK_ERRNOS[code]
+
+
+def guard_write(path: Path, act: Callable[[], Any], hint: str = "") -> Any:
+    """``act()``, with an OSError that the disk caused turned into a :class:`WriteError` naming
+    ``path`` (for writes that cannot go through :func:`write_atomic`: appends, the lock file)."""
+    try:
+        return act()
+    except OSError as err:
+        why = disk_problem(path.parent, err)
+        if why is None:
+            raise
+        raise WriteError(f"cannot write {path}: {why}{hint}") from None
+
+
+def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None], needed: int | None = None) -> Path:
+    """Write ``data`` (bytes, text, or ``write(temporary_path)``) to ``path`` under a temporary
+    name in the same directory, then rename: a crash or a full disk never leaves ``path`` empty or
+    half-written, and the temporary is removed on failure. A failure caused by the disk is a
+    :class:`WriteError` naming ``path``; anything else propagates unchanged."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{path.suffix}")  # the suffix kept: PIL picks the format by it
+    if isinstance(data, str):
+        data = data.encode()
+    if isinstance(data, bytes):
+        needed = len(data)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            data(tmp)
+        os.replace(tmp, path)
+    except BaseException as err:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        why = disk_problem(path.parent, err, needed) if isinstance(err, Exception) else None
+        if why is None:
+            raise
+        raise WriteError(f"cannot write {path}: {why}") from None
+    return path
 
 
 def jsonable(metrics: dict) -> dict:
@@ -146,8 +248,7 @@ class RunDirectory:
         writer on the same run would interleave metrics and race the checkpoint rotation."""
         if not self.writer or getattr(self, "_lock_fd", None) is not None:
             return
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = guard_write(self.path / LOCK, lambda: self._open_lock())
         try:
             import fcntl
 
@@ -164,6 +265,10 @@ class RunDirectory:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}".encode())
         self._lock_fd = fd
+
+    def _open_lock(self) -> int:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
 
     def unlock(self) -> None:
         fd = getattr(self, "_lock_fd", None)
@@ -195,29 +300,53 @@ class RunDirectory:
             key = line.split(" = ", 1)[0]
             if not line.startswith("#") and key in (notes or {}):
                 lines[i] = f"{line}  # {' '.join(notes[key].split())}"
-        path = self.path / "config.toml"
-        tmp = path.with_suffix(".toml.tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        os.replace(tmp, path)
+        write_atomic(self.path / "config.toml", "\n".join(lines) + "\n")
 
     def truncate_metrics(self, step: int, warn: Callable[[str], None] | None = None) -> None:
         """Drop metric lines written after the checkpoint we resume from (they will be redone)."""
         if self.writer and self.metrics_path.exists():
             keep = [row for row in read_metrics(self.metrics_path, warn) if row.get("step", 0) <= step]
-            tmp = self.metrics_path.with_suffix(".jsonl.tmp")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in keep))
-            os.replace(tmp, self.metrics_path)
+            write_atomic(self.metrics_path, "".join(json.dumps(row) + "\n" for row in keep))
 
     def open_metrics(self):
-        """An append-mode metrics file (a sink that drops lines on non-writers)."""
-        return open(self.metrics_path, "a") if self.writer else _NullFile()
+        """An append-mode metrics file (a sink that drops lines on non-writers); a full or
+        read-only disk is a :class:`WriteError` (a torn last line is skipped on reading)."""
+        return _MetricsFile(self.metrics_path) if self.writer else _NullFile()
 
     def read_window(self) -> dict | None:
         return json.loads(self.window_path.read_text()) if self.window_path.exists() else None
 
     def write_window(self, record: dict) -> None:
         if self.writer:
-            self.window_path.write_text(json.dumps(record, indent=2))
+            write_atomic(self.window_path, json.dumps(record, indent=2))
+
+
+class _MetricsFile:
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = self._guard(lambda: open(path, "a"))
+
+    def _guard(self, act: Callable[[], Any]) -> Any:
+        return guard_write(self.path, act, "; the run can resume from its last checkpoint")
+
+    def write(self, text: str) -> None:
+        self._guard(lambda: self.file.write(text))
+
+    def flush(self) -> None:
+        self._guard(self.file.flush)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if exc[0] is None:
+            self._guard(self.file.close)
+        else:  # the error in flight is the one to report; close's own flush may fail the same way
+            try:
+                self.file.close()
+            except OSError:
+                pass
+        return False
 
 
 class _NullFile:

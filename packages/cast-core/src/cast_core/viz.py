@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from pathlib import Path
+
     import torch
     from PIL import Image
 
@@ -16,6 +18,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 PASS_COLOUR = (20, 140, 40)
 FAIL_COLOUR = (200, 30, 30)
+
+
+def save_picture(picture: "Image.Image", path: "str | Path") -> "Path":
+    """``picture.save(path)`` under a temporary name, renamed when complete: a full or read-only
+    disk is one :class:`~cast_core.run_dir.WriteError` line and leaves no 0-byte PNG behind."""
+    from cast_core.run_dir import write_atomic
+
+    return write_atomic(path, picture.save)
 
 
 def _to_pil(image: "torch.Tensor", scale: int) -> "Image.Image":

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from cast_core.errors import InputError
+
 from cast_shapes.world import COLOURS, IMAGE_SIZE, RELATIONS, SHAPES
 
 SPECIAL = ("<pad>", "<unk>")
@@ -61,6 +63,10 @@ class ShapesModelConfig:
         return cls(**data)
 
 
+class PromptTooLong(InputError, ValueError):
+    """A user's prompt is longer than the model reads: one line (the prompt cut), not a traceback."""
+
+
 class WordTokenizer:
     """Lower-cased words and commas -> ids, padded to ``max_tokens``. Unknown words map to
     ``<unk>`` (the model was never trained on them; the policy warns about them)."""
@@ -82,8 +88,9 @@ class WordTokenizer:
         for i, prompt in enumerate(prompts):
             tokens = [self.index.get(w, unk) for w in self.words(prompt)]
             if len(tokens) > self.max_tokens:
-                raise ValueError(
-                    f"prompt {prompt!r} has {len(tokens)} tokens; the shapes model reads at most {self.max_tokens}"
+                shown = prompt if len(prompt) <= 120 else f"{prompt[:120]}… ({len(prompt)} characters)"
+                raise PromptTooLong(
+                    f"prompt {shown!r} has {len(tokens)} tokens; the shapes model reads at most {self.max_tokens}"
                 )
             ids[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         return ids

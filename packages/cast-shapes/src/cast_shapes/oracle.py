@@ -26,6 +26,13 @@ from cast_core.types import AtomScores
 from cast_shapes import judge_maps
 from cast_shapes.perception import detect
 from cast_shapes.semantics import COUNT_MAPS, AtomResult, Detection, evaluate
+from cast_shapes.world import BACKGROUND, IMAGE_SIZE, PALETTE
+
+EXACT_TOLERANCE = 2.0
+"""Largest channel difference (of 255) from a palette colour or the background that an exact
+render may show: a PNG round trip keeps colours exact, an 8-bit rescale of a float image moves
+them by at most one level; JPEG moves them by tens."""
+_EXACT = np.asarray([BACKGROUND, *PALETTE.values()], dtype=np.float32)  # [C + 1, 3]
 
 
 class ShapesOracleScorer:
@@ -53,6 +60,23 @@ class ShapesOracleScorer:
             raise ConfigError(f"shapes-oracle: {err} (scorer_kwargs.judge_grid / judge_blur / judge_noise)") from None
         self.count_maps = count_maps
         self.judge = (int(judge_grid), float(judge_blur), float(judge_noise))
+
+    def image_caveat(self, image: torch.Tensor) -> str | None:
+        """Why ``image`` (``[3, H, W]`` in [0, 1], read from a file by ``cast score``) is not an
+        exact shapes-world render, or None when it is. The rules here are exact on renders only:
+        a JPEG's shifted colours or a resize's new edge pixels can move a score from 0.7 to 0.0
+        with no error, so the user hears that these scores are approximate."""
+        h, w = image.shape[-2:]
+        how = "shapes-oracle is exact on shapes-world renders (`cast shapes render`) only; its scores of resized, "
+        how += "JPEG-compressed or generated images are approximate and can fall to 0"
+        if (h, w) != (IMAGE_SIZE, IMAGE_SIZE):
+            return f"{w}x{h} pixels, not the world's {IMAGE_SIZE}x{IMAGE_SIZE}: {how}"
+        pixels = (_to_numpy(image[None])[0] * 255.0).reshape(3, -1).T  # [H*W, 3] in 0..255
+        nearest = np.abs(pixels[:, None, :] - _EXACT[None]).max(-1).min(-1)  # max channel error to the closest
+        off = float((nearest > EXACT_TOLERANCE).mean())
+        if off > 0:
+            return f"{off:.0%} of its pixels are not shapes-world colours (palette or background): {how}"
+        return None
 
     def detect(self, images: torch.Tensor) -> list[list[Detection]]:
         """The objects found in each image (shape, colour, box centre, mask)."""

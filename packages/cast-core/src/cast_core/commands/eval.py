@@ -8,7 +8,7 @@ import json
 import click
 
 from cast_core.commands.inputs import policy_opt_option
-from cast_core.commands.output import check_output, emit_json, save_result
+from cast_core.commands.output import Outputs, check_output, emit_json
 
 
 @click.command("eval")
@@ -69,8 +69,9 @@ def eval_command(
     from cast_core.commands.inputs import load_adapter_option, policy_kwargs, split_sets
     from cast_core.config import dotted_kwargs
     from cast_core.prompts import read_prompt_file
-    from cast_core.evaluation import difference_line, evaluate, paired_difference, paired_skill_differences
+    from cast_core.evaluation import evaluate, paired_difference, paired_skill_differences
     from cast_core.registry import get_atom_decomposer, get_atom_scorer, get_policy, get_prompt_suite
+    from cast_core.run_dir import jsonable_tree
 
     tables = split_sets(sets, ("policy_kwargs", "scorer_kwargs", "decomposer_kwargs"))
     check_output(out, "--out")  # before the minutes of sampling, not after
@@ -93,8 +94,24 @@ def eval_command(
         dec = get_atom_decomposer(decomposer, **dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs"))
         scorer = scorer or "shapes-oracle"
     digest = hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:16]
-    base = _read_baseline(baseline, len(prompts), digest, seed, steps, images_per_prompt) if baseline else None
-    pol = get_policy(policy, **policy_kwargs(policy_opts, tables["policy_kwargs"]))
+    pol_kwargs = policy_kwargs(policy_opts, tables["policy_kwargs"])
+    record = jsonable_tree(
+        {
+            "policy": policy,
+            "policy_kwargs": pol_kwargs,
+            "adapter": adapter,
+            "suite": suite or prompt_file or f"{benchmark}:{data_file}",
+            "steps": steps,
+            "seed": seed,
+            "prompts_digest": digest,
+            "scorer": scorer,
+            "scorer_kwargs": dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"),
+            "decomposer": benchmark or decomposer,
+            "decomposer_kwargs": dotted_kwargs(tables["decomposer_kwargs"], "decomposer_kwargs"),
+        }
+    )
+    base = _read_baseline(baseline, record, len(prompts), images_per_prompt) if baseline else None
+    pol = get_policy(policy, **pol_kwargs)
     if adapter:
         load_adapter_option(pol, adapter)
     judge = get_atom_scorer(scorer, **dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"))
@@ -112,33 +129,31 @@ def eval_command(
             progress=progress,
             atomicity=atomicity,
         )
-    result.update(
-        {
-            "policy": policy,
-            "adapter": adapter,
-            "suite": suite or prompt_file or f"{benchmark}:{data_file}",
-            "steps": steps,
-            "seed": seed,
-            "prompts_digest": digest,
-            "scorer": scorer,
-        }
-    )
+    result.update(record)
     if base is not None:
         result["vs_baseline"] = {
             "file": baseline,
             "gm_difference": paired_difference(base, result),
             "skill_differences": paired_skill_differences(base, result),
         }
-    printed = emit_json(result, out, as_json)  # the result is safe on disk before the grid's extra sampling
+    outputs = Outputs()  # a file that cannot be written is saved elsewhere; exit 1 after the report
+    printed = emit_json(result, out, as_json, outputs)  # the result is safe on disk before the grid's extra sampling
     if grid:
         from cast_core.evaluation import verdict_grid
 
         picture = verdict_grid(
             pol, prompts[:6], judge, dec, images_per_prompt=min(images_per_prompt, 6), num_steps=steps, seed=seed
         )
-        save_result(grid, picture.save)
-    if printed:
-        return
+        outputs.save(grid, picture.save)
+    if not printed:
+        _print_result(result, benchmark, baseline, base)
+    outputs.finish()
+
+
+def _print_result(result: dict, benchmark: str | None, baseline: str | None, base: dict | None) -> None:
+    from cast_core.evaluation import difference_line
+
+    policy, adapter = result["policy"], result["adapter"]
     if benchmark == "geneval2":
         _geneval2_table(result)
     click.echo(
@@ -171,9 +186,14 @@ def _geneval2_table(result: dict) -> None:
     )
 
 
-def _read_baseline(path: str, n_prompts: int, digest: str, seed: int, steps: int, k: int) -> dict:
+def _read_baseline(path: str, record: dict, n_prompts: int, k: int) -> dict:
     """The baseline JSON, refused early (before any sampling) unless it can be paired with this
-    evaluation: a comparison with other prompts or other starting noise has no paired error."""
+    evaluation: a comparison with other prompts or other starting noise has no paired error, and
+    one with another judge (scorer, decomposer or their settings) measures the judges, not the
+    policy. A baseline written before results recorded their judge is compared with a warning."""
+    from cast_core.evaluation import unlike_evaluations
+
+    digest, seed, steps = record["prompts_digest"], record["seed"], record["steps"]
     try:
         with open(path) as f:
             base = json.load(f)
@@ -202,5 +222,18 @@ def _read_baseline(path: str, n_prompts: int, digest: str, seed: int, steps: int
             f"{path} cannot be paired with this evaluation: {'; '.join(problems)}. "
             "Evaluate with the baseline's suite, --seed, --steps and -k.",
             param_hint="--baseline",
+        )
+    unlike, unrecorded = unlike_evaluations(base, record)
+    if unlike:
+        raise click.BadParameter(
+            f"{path} was measured differently: {'; '.join(unlike)}. Evaluate with the baseline's "
+            "--policy, --scorer, --decomposer and --set values, or re-evaluate the baseline with these",
+            param_hint="--baseline",
+        )
+    if unrecorded:
+        click.echo(
+            f"warning: {path} does not record its {', '.join(unrecorded)} (written by an older cast); "
+            "comparing anyway, so make sure it was judged the same way",
+            err=True,
         )
     return base

@@ -33,7 +33,13 @@ def load_image(path: str | Path):
             with Image.open(path) as img:
                 if img.width * img.height > MAX_IMAGE_PIXELS:
                     raise Image.DecompressionBombError("size")
-                rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+                frames = getattr(img, "n_frames", 1)
+                if frames > 1:
+                    raise InputError(
+                        f"{path} holds {frames} frames (an animation or a multi-page file); a judge scores one "
+                        "picture: save the frame to score as its own file (e.g. PNG)"
+                    )
+                rgb = _rgb(img, path)
     except FileNotFoundError:
         raise InputError(f"image {path} does not exist") from None
     except IsADirectoryError:
@@ -54,6 +60,33 @@ def load_image(path: str | Path):
     finally:
         Image.MAX_IMAGE_PIXELS = previous
     return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
+
+
+def _rgb(img, path: Path):
+    """``float32 [H, W, 3]`` in [0, 1]. Pillow's ``convert("RGB")`` clips 16-bit and 32-bit grey
+    to 255 (white) and truncates float images to 0 or 1 (black), so those are scaled here: 16-bit
+    by 65535, floats by the range they are in ([0, 1], 0..255 or 0..65535); other values cannot be
+    read without guessing and are refused."""
+    import numpy as np
+
+    if not (img.mode.startswith("I") or img.mode == "F"):
+        return np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    grey = np.asarray(img, dtype=np.float64)
+    low, high = (float(grey.min()), float(grey.max())) if grey.size else (0.0, 0.0)
+    if not (np.isfinite(low) and np.isfinite(high)):
+        raise InputError(f"{path} holds NaN or infinite pixel values; re-export it with finite values")
+    if img.mode == "F" and low >= 0 and high <= 1:
+        scale = 1.0
+    elif low >= 0 and high <= 255 and img.mode == "F":
+        scale = 255.0
+    elif low >= 0 and high <= 65535:
+        scale = 65535.0
+    else:
+        raise InputError(
+            f"{path} is a {img.mode} image with values from {low:g} to {high:g}; cast reads grey values in "
+            "[0, 1] (floats), 0..255 or 0..65535: rescale it, or save it as an 8-bit PNG"
+        )
+    return np.repeat((grey / scale).astype(np.float32)[..., None], 3, axis=-1)
 
 
 def policy_opt_option(fn):

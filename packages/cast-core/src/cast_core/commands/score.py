@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import click
 
 DEFAULT_SCORER = "shapes-oracle"
 DEFAULT_DECOMPOSER = "template"
+
+
+@runtime_checkable
+class NamesImageCaveats(Protocol):
+    """A scorer that can tell when an image file is not what it judges exactly (shapes-oracle:
+    an exact shapes-world render). Only ``cast score`` asks, for files a user brought; training
+    and ``cast eval`` score the policy's own images and are not asked."""
+
+    def image_caveat(self, image) -> str | None: ...
 
 
 @click.command("score")
@@ -44,8 +54,12 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
     judge = get_atom_scorer(scorer, **dotted_kwargs(tables["scorer_kwargs"], "scorer_kwargs"))
     want_maps = heatmap_dir is not None
     written: set[str] = set()  # a.png and b/a.png both give maps: the second must not overwrite the first
+    caveat_told = not isinstance(judge, NamesImageCaveats)
     for path in images:
         image = load_image(path)
+        if not caveat_told and (caveat := judge.image_caveat(image)):
+            click.echo(f"warning: {path}: {caveat}", err=True)  # once a run: the first such file names the problem
+            caveat_told = True
         out = judge.score(image[None], [graph], heatmaps=want_maps)
         scores = [float(s) for s in out.scores[0]]
         record = {
@@ -59,11 +73,10 @@ def score_command(images, prompt, scorer, decomposer, as_json, heatmap_dir, sets
             "gm": round(geometric_mean(scores), 6),
         }
         if want_maps:
-            from cast_core.viz import heatmap_grid
+            from cast_core.viz import heatmap_grid, save_picture
 
             target = _unique(Path(heatmap_dir), Path(path).stem, written)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            heatmap_grid(image, out.heatmaps[0], graph, torch.tensor(scores)).save(target)
+            save_picture(heatmap_grid(image, out.heatmaps[0], graph, torch.tensor(scores)), target)
             record["heatmaps"] = str(target)
         if as_json:
             click.echo(json.dumps(record))
