@@ -29,9 +29,11 @@ from typing import Any, ClassVar, Iterator, Sequence
 
 import torch
 
+from cast_backbones.checks import ModelPathError, check_lora_rank, check_pipeline_dir
 from cast_backbones.loading import draw_lora_seed, init_lora_, load_transformer_sharded
 from cast_backbones.lora import add_lora, load_lora, lora_parameters, save_lora
 from cast_core.conditioning import PromptEmbeds
+from cast_core.cpu_overrides import require_device
 from cast_core.sharding import fully_shard_module
 
 __all__ = ["DiffusersPolicy", "resolve_dtype", "resolve_device"]
@@ -43,10 +45,11 @@ def _source(path: str | Path) -> str:
     return str(local.resolve()) if local.exists() else str(path)
 
 
-def resolve_device(value: "str | torch.device") -> torch.device:
+def resolve_device(value: "str | torch.device", key: str = "policy_kwargs.device") -> torch.device:
     """``"cuda"`` means this process's GPU (``LOCAL_RANK`` under torchrun / accelerate), so that
-    eight processes given the same options do not all load onto GPU 0."""
-    device = torch.device(value)
+    eight processes given the same options do not all load onto GPU 0. A device this machine
+    lacks is refused in one line naming ``key``."""
+    device = require_device(value, key)
     if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return device
@@ -115,6 +118,9 @@ class DiffusersPolicy:
     block_lists: ClassVar[tuple[str, ...]] = ("transformer_blocks",)
     #: what `cast window --policy ...` measures with: CLIP sees natural images' structure
     window_defaults: ClassVar[dict] = {"embedder": "clip"}
+    #: what `cast train --cpu` / `cast sample --cpu` set (cast_core.cpu_overrides): the recipes put
+    #: the text encoder on "cuda"; everything else of a backbone already starts on the CPU
+    cpu_settings: ClassVar[dict] = {"policy_kwargs.device": "cpu", "policy_kwargs.text_encoder_device": "cpu"}
 
     def __init__(
         self,
@@ -133,13 +139,18 @@ class DiffusersPolicy:
         attention_backend: str | None = None,
         load_sharded: bool = False,
     ):
-        if (path is None) == (pipeline is None):
+        if path is not None and pipeline is not None:
             raise ValueError(
                 f"{type(self).__name__}: give exactly one of path= (a local pipeline directory or hub id) "
                 "and pipeline= (a built diffusers pipeline)"
             )
+        if pipeline is None:  # before any device or weight is touched
+            check_pipeline_dir(type(self).__name__, self.pipeline_class_name, path)
         dtype = resolve_dtype(torch_dtype)
         self.device = resolve_device(device)
+        if text_encoder_device is not None:
+            resolve_device(text_encoder_device, "policy_kwargs.text_encoder_device")
+        lora_rank = check_lora_rank(lora_rank)
         lora_seed = draw_lora_seed()  # the one draw from the global stream, made by every path
         self.sharded_at_load = bool(load_sharded) and path is not None and _process_count() > 1
         if self.sharded_at_load:
@@ -237,13 +248,7 @@ class DiffusersPolicy:
 
     @classmethod
     def _checked_source(cls, path: str | Path) -> str:
-        source = _source(path)
-        if not Path(source).exists() and (source.startswith((".", "/", "~")) or source.count("/") != 1):
-            raise FileNotFoundError(
-                f"{cls.__name__}: no pipeline directory at {path}; give a directory written by "
-                f"{cls.pipeline_class_name}.save_pretrained (or a hub id such as org/name)"
-            )
-        return source
+        return check_pipeline_dir(cls.__name__, cls.pipeline_class_name, path)
 
     @classmethod
     def _load(cls, path: str | Path, dtype: "torch.dtype | None") -> Any:
@@ -254,12 +259,16 @@ class DiffusersPolicy:
             warnings.filterwarnings("ignore", message=".*torch_dtype.*deprecated", category=FutureWarning)
             try:
                 return cls.pipeline_class().from_pretrained(source, torch_dtype=dtype or torch.float32)
-            except OSError as err:
+            except OSError as err:  # a component missing or unreadable, or a hub id without network
+                first = str(err).splitlines()[0] if str(err) else type(err).__name__
                 if Path(source).exists():
-                    raise
-                raise FileNotFoundError(
+                    raise ModelPathError(
+                        f"{cls.__name__}: policy_kwargs.path = {path} holds an incomplete or damaged "
+                        f"{cls.pipeline_class_name} ({first[:200]})"
+                    ) from None
+                raise ModelPathError(
                     f"{cls.__name__}: {path} is neither a local pipeline directory nor a hub id "
-                    f"that could be loaded here ({str(err).splitlines()[0]})"
+                    f"that could be loaded here ({first[:200]})"
                 ) from None
 
     @classmethod

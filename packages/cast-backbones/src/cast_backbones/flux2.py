@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import torch
 
 from cast_backbones.base import DiffusersPolicy
+from cast_backbones.checks import check_out_layers, encoder_layer_count, encoder_layers_on_disk
 from cast_backbones.lora import flux2_targets
 from cast_backbones.plan_models import build_for_plan
 from cast_core.conditioning import PromptEmbeds
@@ -43,9 +44,13 @@ class Flux2Policy(DiffusersPolicy):
         text_encoder_out_layers: Sequence[int] | None = None,
         **options: Any,
     ):
+        layers = text_encoder_out_layers or self.default_out_layers
+        if path is not None and options.get("pipeline") is None:  # before minutes of loading
+            check_out_layers(layers, encoder_layers_on_disk(path))
         super().__init__(path, **options)
         self.guidance_scale = float(guidance_scale)
-        self.out_layers = tuple(int(i) for i in (text_encoder_out_layers or self.default_out_layers))
+        # an IndexError inside encode_prompt otherwise, at the first prompt
+        self.out_layers = check_out_layers(layers, encoder_layer_count(self.pipe.text_encoder.config))
         self._grid_ids: dict[tuple[int, int], torch.Tensor] = {}
 
     default_lora_targets = staticmethod(flux2_targets)

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import torch
 
+from cast_core.errors import ConfigError, InputError
 from cast_core.sharding import copy_full_, full_tensor, is_writer
 
 __all__ = [
@@ -29,9 +30,15 @@ __all__ = [
     "lora_state",
     "save_lora",
     "load_lora",
+    "AdapterFileError",
 ]
 
 ADAPTER_FILE = "pytorch_lora_weights.safetensors"  # diffusers' LORA_WEIGHT_NAME_SAFE
+
+
+class AdapterFileError(InputError, ValueError):
+    """An adapter file that safetensors cannot read (truncated by a full disk or a cut copy);
+    a ``ValueError`` too, so the commands' ``--adapter`` handling reports it on that option."""
 
 
 def flux2_targets(transformer) -> list[str]:
@@ -60,11 +67,13 @@ def add_lora(transformer, *, rank: int, alpha: float, targets: Sequence[str]) ->
     ``default`` as diffusers and peft expect."""
     from peft import LoraConfig
 
-    if rank < 1:
-        raise ValueError(f"lora_rank must be >= 1, got {rank}")
+    from cast_backbones.checks import check_lora_rank, check_lora_size
+
+    rank = check_lora_rank(rank)
     targets = list(targets)
     if not targets:
-        raise ValueError("lora_targets is empty: name at least one module (e.g. to_q)")
+        raise ConfigError("policy_kwargs.lora_targets is empty: name at least one module (e.g. to_q)")
+    check_lora_size(transformer, rank, targets)  # before peft allocates: rank 100000 would take minutes
     transformer.add_adapter(
         LoraConfig(r=int(rank), lora_alpha=float(alpha), init_lora_weights="gaussian", target_modules=targets)
     )
@@ -106,6 +115,7 @@ def save_lora(pipeline_class, transformer, directory: str | Path) -> None:
 def load_lora(transformer, directory: str | Path) -> None:
     """Load an adapter written by :func:`save_lora` (or by diffusers' DreamBooth scripts with
     the same rank and targets) into the transformer's adapter, sharded or not."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     path = Path(directory) / ADAPTER_FILE
@@ -113,8 +123,15 @@ def load_lora(transformer, directory: str | Path) -> None:
         raise FileNotFoundError(
             f"no LoRA weights at {path}; expected a directory written by save_adapter (RUN/checkpoints/step-N/adapter)"
         )
-    _check_metadata(transformer, path)
-    state = {k.removeprefix("transformer."): v for k, v in load_file(str(path)).items()}
+    try:
+        _check_metadata(transformer, path)
+        state = {k.removeprefix("transformer."): v for k, v in load_file(str(path)).items()}
+    except (SafetensorError, OSError) as err:  # torn header, cut data, unreadable file
+        why = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise AdapterFileError(
+            f"{path} is truncated or damaged and cannot be read ({why}); copy it again, or use another "
+            "checkpoint's adapter (RUN/checkpoints/step-N/adapter)"
+        ) from None
     params = _named_lora(transformer)
     found = {k: tuple(v.shape) for k, v in state.items()}
     expected = {k: tuple(p.shape) for k, p in params.items()}

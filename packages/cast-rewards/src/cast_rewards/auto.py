@@ -56,7 +56,13 @@ class AutoDecomposer:
         self.template = TemplateDecomposer(distinct_nouns=True)
         self.llm = None
         if llm_path is not None or generate is not None:
-            from cast_rewards.llm import LLMDecomposer
+            from cast_rewards.llm import CHAT_MODEL_DIR, LLMDecomposer
+            from cast_rewards.model_dirs import check_model_dir
+
+            if generate is None:  # named by this decomposer's own key, not the llm decomposer's
+                check_model_dir(
+                    llm_path, owner="auto decomposer", key="decomposer_kwargs.llm_path", wants=CHAT_MODEL_DIR
+                )
 
             self.llm = LLMDecomposer(
                 llm_path, generate=generate, model_id=model_id, cache_dir=cache_dir, fallback=False, **llm_options

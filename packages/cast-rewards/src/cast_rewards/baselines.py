@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from cast_core.errors import ConfigError
 from cast_core.scene_graph import SceneGraph
 from cast_core.types import AtomScores
 from cast_rewards.images import to_pil
@@ -27,6 +28,8 @@ from cast_rewards.images import to_pil
 __all__ = ["ClipScoreScorer", "PickScoreScorer", "PICKSCORE_SCALE"]
 
 PICKSCORE_SCALE = 26.0
+#: what scorer_kwargs.path must name for pickscore, said in the errors
+PICKSCORE_DIR = "a local PickScore directory (config.json and the CLIP weights, e.g. yuvalkirstain/PickScore_v1)"
 
 
 def _broadcast(
@@ -96,20 +99,26 @@ class PickScoreScorer:
         device: str | None = None,
         torch_dtype: Any = None,
     ):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        from cast_rewards.model_dirs import ModelPathError, check_device, check_model_dir
+
+        self.device = check_device(device, "scorer_kwargs.device")  # before the weights are read
         if model is None:
             from transformers import AutoProcessor, CLIPModel
 
             if path is None:
-                raise ValueError("pickscore needs path= (a local PickScore checkpoint) or model= and processor=")
+                raise ConfigError(
+                    "pickscore needs path= (a local PickScore checkpoint: --set scorer_kwargs.path=DIR) "
+                    "or model= and processor="
+                )
+            check_model_dir(path, owner="pickscore", key="scorer_kwargs.path", wants=PICKSCORE_DIR)
             dtype = getattr(torch, torch_dtype) if isinstance(torch_dtype, str) else torch_dtype
             try:
                 model = CLIPModel.from_pretrained(path, dtype=dtype or torch.float32)
                 processor = AutoProcessor.from_pretrained(processor_path or path)
-            except OSError as err:
-                raise FileNotFoundError(
-                    f"pickscore: cannot load from {path!r} ({str(err).splitlines()[0]}); give "
-                    "scorer_kwargs.path = a local PickScore directory"
+            except (OSError, ValueError) as err:  # a hub id without network, a directory missing a file
+                raise ModelPathError(
+                    f"pickscore: cannot load from {path!r} ({(str(err) or repr(err)).splitlines()[0][:200]}); "
+                    f"give scorer_kwargs.path = {PICKSCORE_DIR}"
                 ) from None
         if processor is None:
             raise ValueError("pickscore: a model= needs its processor=")

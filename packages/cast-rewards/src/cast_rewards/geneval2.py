@@ -24,12 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cast_core.errors import ConfigError, InputError
 from cast_core.scene_graph import Atom, Entity, SceneGraph
 from cast_rewards.errors import SceneGraphError
 from cast_rewards.inflection import singularize
 from cast_rewards.lexicon import COUNT_WORDS
 
-__all__ = ["GenEval2Decomposer", "GenEval2Record", "read_geneval2", "graph_from_record"]
+__all__ = ["GenEval2Decomposer", "GenEval2Record", "MissingDataError", "read_geneval2", "graph_from_record"]
+
+
+class MissingDataError(InputError, FileNotFoundError):
+    """The GenEval 2 file is not there (a ``FileNotFoundError`` too, for callers that catch that)."""
+
 
 NUMBERS = {w: n for w, n in COUNT_WORDS.items() if w not in ("a", "an")} | {"zero": 0}  # GenEval 2's answer words
 SKILLS = ("object", "count", "attribute", "position", "verb")
@@ -54,12 +60,19 @@ class GenEval2Record:
 def read_geneval2(path: str | Path) -> list[GenEval2Record]:
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"GenEval 2 data {path} does not exist; download geneval2_data.jsonl from "
-            "facebookresearch/GenEval2 (its licence forbids cast shipping it)"
+        raise MissingDataError(
+            f"GenEval 2 data {path} {'is a directory' if path.is_dir() else 'does not exist'}; download "
+            "geneval2_data.jsonl from facebookresearch/GenEval2 (its licence forbids cast shipping it)"
         )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:  # a binary file (a zip, a parquet, a model) given as the JSONL
+        raise SceneGraphError(
+            f"{path} is not a text file (byte {err.start} is not UTF-8); the geneval2 decomposer reads "
+            "geneval2_data.jsonl, one JSON object a line"
+        ) from None
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -67,14 +80,27 @@ def read_geneval2(path: str | Path) -> list[GenEval2Record]:
             raw = json.loads(line)
         except json.JSONDecodeError as err:
             raise SceneGraphError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(raw, dict):
+            raise SceneGraphError(f"{where}: a GenEval 2 line is a JSON object, not {type(raw).__name__}")
         missing = [k for k in ("prompt", "atom_count", "vqa_list", "skills") if k not in raw]
         if missing:
             raise SceneGraphError(
                 f"{where}: missing key(s) {', '.join(missing)}; a GenEval 2 line has prompt, "
                 "atom_count, vqa_list and skills"
             )
-        vqa = tuple((str(q), str(a)) for q, a in raw["vqa_list"])
-        skills = tuple(str(s) for s in raw["skills"])
+        pairs, skills = raw["vqa_list"], raw["skills"]
+        if (
+            not isinstance(pairs, list)
+            or not all(isinstance(p, list) and len(p) == 2 for p in pairs)
+            or not isinstance(skills, list)
+            or isinstance(raw["atom_count"], bool)
+            or not isinstance(raw["atom_count"], int)
+        ):
+            raise SceneGraphError(
+                f"{where}: vqa_list must be [question, answer] pairs, skills a list and atom_count a number"
+            )
+        vqa = tuple((str(q), str(a)) for q, a in pairs)
+        skills = tuple(str(s) for s in skills)
         if len(skills) != len(vqa):
             raise SceneGraphError(f"{where}: {len(vqa)} questions but {len(skills)} skills")
         bad = [s for s in skills if s not in SKILLS]
@@ -212,7 +238,7 @@ class GenEval2Decomposer:
 
     def __init__(self, data: str | Path | None = None, relations: tuple[str, ...] | None = None):
         if data is None:
-            raise ValueError(
+            raise ConfigError(
                 "the geneval2 decomposer needs data= (geneval2_data.jsonl; e.g. --set "
                 "decomposer_kwargs.data=FILE or cast eval --benchmark geneval2 --data FILE)"
             )

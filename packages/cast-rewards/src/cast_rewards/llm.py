@@ -70,6 +70,10 @@ def extract_json(text: str) -> Any:
     raise ValueError("the answer holds no JSON object")
 
 
+#: what decomposer_kwargs.path must name, said in the errors
+CHAT_MODEL_DIR = "a local chat model directory (config.json, weights, tokenizer), e.g. a Qwen3 instruct model"
+
+
 class LLMDecomposer:
     """``path``: a local chat model directory (or hub id) for transformers; or ``generate``."""
 
@@ -91,6 +95,12 @@ class LLMDecomposer:
                 "the llm decomposer with generate= needs model_id= (the cache is keyed by it: two "
                 "models must not share answers)"
             )
+        if generate is None:  # the model loads at the first prompt: its path and device are checked now
+            from cast_rewards.model_dirs import check_device, check_model_dir
+
+            check_model_dir(path, owner="llm decomposer", key="decomposer_kwargs.path", wants=CHAT_MODEL_DIR)
+            if device is not None:
+                check_device(device, "decomposer_kwargs.device")
         self.generate = generate or _transformers_generate(path, max_new_tokens, device)
         self.model_id = model_id or str(path)
         self.cache_dir = (

@@ -44,6 +44,7 @@ from cast_core.scene_graph import Atom, SceneGraph
 from cast_core.types import AtomScores
 from cast_rewards.images import to_pil
 from cast_rewards.lexicon import COUNT_WORDS
+from cast_rewards.model_dirs import ModelPathError, check_device, check_model_dir
 
 __all__ = ["SoftTifaScorer", "accepted_answers", "question_for"]
 
@@ -52,6 +53,11 @@ NO = ("No", "no", " no", " No")
 NUMBER_WORDS = {n: w for w, n in COUNT_WORDS.items() if w not in ("a", "an")} | {0: "zero"}  # 3 -> "three"
 SUFFIX = " Answer in one word."
 GENERIC_QUESTION = "Write a general description of the image."
+#: what scorer_kwargs.path must name, said in the errors
+JUDGE_DIR = (
+    "a Qwen3-VL model directory as save_pretrained writes it (config.json, model*.safetensors, the tokenizer "
+    "and preprocessor_config.json), e.g. a download of Qwen/Qwen3-VL-8B-Instruct"
+)
 
 
 def question_for(atom: Atom) -> str:
@@ -89,7 +95,7 @@ class SoftTifaScorer:
     ):
         if (model is None) != (processor is None):
             raise ValueError("SoftTifaScorer: give both model= and processor=, or neither (then path= is loaded)")
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = check_device(device, "scorer_kwargs.device")  # before the weights are read
         if model is None:
             model, processor = self._load(path, torch_dtype)
         self.model = model.to(self.device).eval()
@@ -118,19 +124,20 @@ class SoftTifaScorer:
     def _load(path: str | None, torch_dtype: Any):
         from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
-        if path is None:
-            raise ValueError("SoftTifaScorer: path=None needs model= and processor=")
+        path = check_model_dir(
+            path, owner="soft-tifa", key="scorer_kwargs.path", wants=JUDGE_DIR, thing="a Qwen3-VL judge"
+        )
         dtype = torch_dtype or (torch.bfloat16 if torch.cuda.is_available() else torch.float32)
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
         try:
             model = Qwen3VLForConditionalGeneration.from_pretrained(path, dtype=dtype)
             processor = AutoProcessor.from_pretrained(path)
-        except OSError as err:
-            raise FileNotFoundError(
-                f"soft-tifa: cannot load a Qwen3-VL judge from {path!r} ({err}); give "
-                "scorer_kwargs.path = a local model directory (or a hub id on a machine with "
-                "network)"
+        except (OSError, ValueError) as err:  # a hub id without network, a directory missing a file
+            first = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            raise ModelPathError(
+                f"soft-tifa: cannot load a Qwen3-VL judge from {path!r} ({first}); give scorer_kwargs.path = "
+                f"{JUDGE_DIR} (or a hub id on a machine with network)"
             ) from None
         return model, processor
 

@@ -39,18 +39,21 @@ def _seed(value: str) -> int:
     metavar="policy_kwargs.KEY=VALUE",
     help="Policy factory argument in the training config's spelling, e.g. policy_kwargs.path=DIR (repeatable).",
 )
-def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts, sets):
+@click.option("--cpu", is_flag=True, help="Run on the CPU: the policy's own device settings (a --set still wins).")
+def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts, sets, cpu):
     """Generate images for --prompt with the policy's deterministic ODE sampler."""
     import torch
     from PIL import Image
 
     from cast_core.commands.inputs import load_adapter_option, policy_kwargs
     from cast_core.commands.output import check_output, save_result
+    from cast_core.cpu_overrides import policy_cpu_sets
     from cast_core.registry import get_policy
     from cast_core.sampling import ode_images
     from cast_core.viz import _to_pil
 
     check_output(out, "--out", image=True)  # before the sampling, not after
+    sets = policy_cpu_sets(policy, sets) if cpu else sets
     pol = get_policy(policy, **policy_kwargs(policy_opts, sets))
     if adapter:
         load_adapter_option(pol, adapter)
