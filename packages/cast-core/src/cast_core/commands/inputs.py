@@ -134,9 +134,16 @@ def load_adapter_option(policy, directory: str, option: str = "--adapter") -> No
     given instead of its ``checkpoints/step-N/adapter``, or an adapter trained with other
     ``policy_kwargs`` (e.g. ``lora_rank``; pass them with ``--policy-opt``)."""
     import click
+    from safetensors import SafetensorError
 
     try:
         policy.load_adapter(directory)
+    except SafetensorError as err:  # a policy that reads the file itself (shapes): a cut or torn file
+        raise click.BadParameter(
+            f"{directory}: its adapter file is truncated or damaged ({str(err)[:160]}); copy it again, or use "
+            "another checkpoint's adapter (RUN/checkpoints/step-N/adapter)",
+            param_hint=option,
+        ) from None
     except (FileNotFoundError, ValueError, RuntimeError, KeyError) as err:
         raise click.BadParameter(
             f"{err}. Pass an adapter directory such as RUN/checkpoints/step-N/adapter, with the training run's "

@@ -69,6 +69,9 @@ def _finished_steps(run_dir: Path) -> int | None:
     help="Train with N local processes (torch.distributed; gloo on CPU). Multi-GPU and multi-node: "
     "run `cast train` under accelerate launch or torchrun (docs/distributed.md).",
 )
+@click.option(
+    "--cpu", is_flag=True, help="Run on the CPU (a tiny model, a smoke test): the policy's CPU settings (a --set wins)."
+)
 def train_command(
     recipe,
     policy,
@@ -84,9 +87,11 @@ def train_command(
     resume_dir,
     allow_code_prompts,
     num_processes,
+    cpu,
 ):
     """Fine-tune a policy with CAST (or the Flow-GRPO recipe) and write a run directory:
     config.toml, metrics.jsonl, samples/, checkpoints/."""
+    from cast_core.cpu_overrides import cpu_sets
     from cast_core.errors import Interrupted
     from cast_core.interrupt import abort_on_signals, exit_code, signal_name
     from cast_core.launch import in_distributed_launch, launch_local
@@ -103,6 +108,7 @@ def train_command(
         if code:
             raise click.ClickException(f"{num_processes}-process run failed (exit code {code}); see the messages above")
         return
+    sets = cpu_sets(sets, recipe=recipe, policy=policy, config_file=config_file, resume_dir=resume_dir) if cpu else sets
     # until the loop starts there is nothing to checkpoint: a signal ends the command at once,
     # with the shell's exit code (130 / 143) and one line; the loop then stops gracefully
     where: list[Path] = []
