@@ -149,7 +149,9 @@ def test_sample_that_cannot_write_its_image_exits_1_naming_the_copy(tmp_path, mo
     full = tmp_path / "full"
     full.mkdir()
     full_disk_under(monkeypatch, full)
-    out = CliRunner().invoke(cli, ["sample", "--policy", "fake", "-p", "a cat", "--steps", "2", "-o", str(full / "x.png")])
+    out = CliRunner().invoke(
+        cli, ["sample", "--policy", "fake", "-p", "a cat", "--steps", "2", "-o", str(full / "x.png")]
+    )
     assert out.exit_code == 1 and "the result is saved at" in out.output, out.output
     assert Image.open(out.output.rsplit("saved at ", 1)[1].strip()).size[0] > 0 and files_in(full) == []
 
@@ -194,7 +196,9 @@ def test_an_old_baseline_without_the_record_is_compared_with_a_warning(tmp_path,
     out = CliRunner().invoke(cli, eval_args(prompts_file, "--baseline", str(base)))
     assert out.exit_code == 0, out.output
     warnings = [line for line in out.stderr.splitlines() if line.startswith("warning")]
-    assert len(warnings) == 1 and "does not record its scorer_kwargs, decomposer (written by an older cast)" in warnings[0]
+    assert (
+        len(warnings) == 1 and "does not record its scorer_kwargs, decomposer (written by an older cast)" in warnings[0]
+    )
 
 
 def test_compare_evaluations_refuses_results_of_different_judges():
@@ -237,10 +241,16 @@ def test_a_checkpoint_that_does_not_fit_stops_the_run_resumable(tmp_path, monkey
 def test_metrics_that_cannot_be_appended_are_one_line(tmp_path):
     from cast_core.run_dir import RunDirectory
 
-    files = RunDirectory(tmp_path)
-    with pytest.raises(WriteError, match=rf"cannot write {tmp_path / 'metrics.jsonl'}: no space left"):
-        with files.open_metrics() as f:
-            f.file = type("Full", (), {"write": lambda self, t: half_then_full(tmp_path / "x"), "close": lambda self: 0})()
+    class FullDisk:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def close(self):
+            pass
+
+    with pytest.raises(WriteError, match=rf"cannot write {tmp_path / 'metrics.jsonl'}: no space left.*resume"):
+        with RunDirectory(tmp_path).open_metrics() as f:
+            f.file = FullDisk()  # the disk fills up after the file was opened
             f.write("{}\n")
 
 

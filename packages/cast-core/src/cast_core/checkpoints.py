@@ -193,7 +193,12 @@ def _tensor_bytes(tree: Any) -> int:
 
 
 def _dir_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
+    """Space the files under ``path`` take on disk (whole blocks: a small checkpoint on a nearly
+    full disk needs more than its byte count)."""
+    if not path.is_dir():
+        return 0
+    stats = [p.stat() for p in path.rglob("*") if p.is_file()]
+    return sum(max(s.st_size, getattr(s, "st_blocks", 0) * 512) for s in stats)
 
 
 def _refuse_disk_failure(run_dir: str | Path, step: int, tmp: Path, err: Exception, tensor_bytes: int) -> None:

@@ -222,7 +222,8 @@ def _refuse_non_run(run: Path) -> None:
 
     if not run.is_dir():
         raise InputError(f"{run} is not a directory; give a run directory written by `cast train --out`")
-    if not any((run / name).is_file() for name in ("config.toml", "metrics.jsonl")) and not any(run.glob("eval-*.json")):
+    shows = [run / "config.toml", run / "metrics.jsonl", *run.glob("eval-*.json")]
+    if not any(p.is_file() for p in shows):
         raise InputError(
             f"{run} is not a run directory (no config.toml, metrics.jsonl or eval-*.json); give the directory "
             "`cast train --out` or `cast shapes demo --out` wrote"

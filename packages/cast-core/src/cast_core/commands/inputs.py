@@ -20,7 +20,6 @@ def load_image(path: str | Path):
     Missing, truncated, corrupt and oversized files are one-line input errors naming the file."""
     import warnings
 
-    import numpy as np
     import torch
     from PIL import Image, UnidentifiedImageError
 
