@@ -104,6 +104,18 @@ def test_save_result_keeps_a_copy_and_raises_naming_both(tmp_path, monkeypatch):
     assert files_in(tmp_path / "full") == []
 
 
+def test_emit_json_prints_before_it_fails_so_stdout_keeps_the_result(tmp_path, monkeypatch, capsys):
+    """`cast compare --json --out FULL`: the JSON reaches stdout, then the command fails."""
+    from cast_core.commands.output import emit_json
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "full").mkdir()
+    full_disk_under(monkeypatch, tmp_path / "full")
+    with pytest.raises(ResultNotWritten, match="the result is saved at"):
+        emit_json({"gm": 0.25}, str(tmp_path / "full" / "c.json"), True)
+    assert json.loads(capsys.readouterr().out) == {"gm": 0.25}
+
+
 @pytest.fixture
 def prompts_file(tmp_path):
     path = tmp_path / "prompts.txt"
