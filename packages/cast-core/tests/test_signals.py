@@ -157,3 +157,34 @@ def test_sigterm_stops_every_process_of_a_two_process_run_at_one_step(tmp_path):
     out, err = resumed.communicate(timeout=240)
     assert resumed.returncode == 0, err
     assert [r["step"] for r in read_metrics(run / "metrics.jsonl")] == list(range(1, step + 2))
+
+
+def test_sigkill_of_the_launching_command_stops_the_processes_with_a_checkpoint(tmp_path):
+    """`cast train --num-processes N` runs torchrun in a session of its own (so that one Ctrl-C
+    reaches each process once); if the command itself is SIGKILLed, its launcher hears that as
+    SIGTERM, so the processes checkpoint and stop instead of training on unseen."""
+    run = tmp_path / "run"
+    args = [a if a != "group_size=8" else "group_size=4" for a in ARGS]
+    proc = start(MAIN, "train", *args, "--num-processes", "2", "--steps", "100000", "--out", str(run))
+    wait_for(lambda: read_metrics(run / "metrics.jsonl"), "the first metrics row", timeout=240)
+    proc.kill()
+    proc.communicate(timeout=60)
+    wait_for(lambda: step_dirs(run), "the checkpoint of the step in progress", timeout=120)
+    wait_for(lambda: not (run / ".lock").exists() or _unlocked(run / ".lock"), "the processes to end", timeout=120)
+    rows = len(read_metrics(run / "metrics.jsonl"))
+    time.sleep(2)
+    assert len(read_metrics(run / "metrics.jsonl")) == rows, "the processes train on without their command"
+    step = read_metrics(run / "metrics.jsonl")[-1]["step"]
+    assert [p.name for p in step_dirs(run)] == [f"step-{step:05d}"] and verify_checkpoint(step_dirs(run)[0]) is None
+
+
+def _unlocked(lock) -> bool:
+    import fcntl
+
+    with open(lock) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return True

@@ -39,7 +39,9 @@ def launch_local(num_processes: int, argv: list[str]) -> tuple[int, int | None]:
     The launcher runs in its own session, and each SIGINT / SIGTERM this process hears is passed
     on to it exactly once (the agent hands it to every process: the first makes them finish the
     step and checkpoint, a second aborts them). In the terminal's process group a Ctrl-C would
-    reach the launcher twice, from the terminal and from us, and abort at once."""
+    reach the launcher twice, from the terminal and from us, and abort at once. Out of our
+    process group, the launcher would outlive us: it is told to take our death (even by
+    SIGKILL) as a SIGTERM, so the processes checkpoint and stop rather than train on unseen."""
     import signal
 
     from cast_core.interrupt import SIGNALS
@@ -65,7 +67,7 @@ def launch_local(num_processes: int, argv: list[str]) -> tuple[int, int | None]:
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // num_processes)))
     heard: list[int] = []
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_sigterm_when_parent_dies())
 
     def forward(signum, frame) -> None:
         heard.append(signum)
@@ -81,6 +83,28 @@ def launch_local(num_processes: int, argv: list[str]) -> tuple[int, int | None]:
         for s, handler in previous.items():
             signal.signal(s, handler)
     return code, (heard[0] if heard else None)
+
+
+def _sigterm_when_parent_dies():
+    """A ``preexec_fn`` that asks Linux to send the child SIGTERM when this process dies
+    (``PR_SET_PDEATHSIG``); None where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+        import signal
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:  # runs in the child between fork and exec: no imports, no allocation-heavy work
+        prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os._exit(143)
+
+    return arm
 
 
 def _torchrun(argv: list[str]) -> None:
