@@ -45,11 +45,10 @@ def _source(path: str | Path) -> str:
     return str(local.resolve()) if local.exists() else str(path)
 
 
-def resolve_device(value: "str | torch.device", key: str = "policy_kwargs.device") -> torch.device:
+def resolve_device(value: "str | torch.device") -> torch.device:
     """``"cuda"`` means this process's GPU (``LOCAL_RANK`` under torchrun / accelerate), so that
-    eight processes given the same options do not all load onto GPU 0. A device this machine
-    lacks is refused in one line naming ``key``."""
-    device = require_device(value, key)
+    eight processes given the same options do not all load onto GPU 0."""
+    device = torch.device(value)
     if device.type == "cuda" and device.index is None and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return device
@@ -144,12 +143,11 @@ class DiffusersPolicy:
                 f"{type(self).__name__}: give exactly one of path= (a local pipeline directory or hub id) "
                 "and pipeline= (a built diffusers pipeline)"
             )
-        if pipeline is None:  # before any device or weight is touched
-            check_pipeline_dir(type(self).__name__, self.pipeline_class_name, path)
         dtype = resolve_dtype(torch_dtype)
-        self.device = resolve_device(device)
+        # a device this machine lacks: one line naming the key, before minutes of loading
+        self.device = resolve_device(require_device(device, "policy_kwargs.device"))
         if text_encoder_device is not None:
-            resolve_device(text_encoder_device, "policy_kwargs.text_encoder_device")
+            require_device(text_encoder_device, "policy_kwargs.text_encoder_device")
         lora_rank = check_lora_rank(lora_rank)
         lora_seed = draw_lora_seed()  # the one draw from the global stream, made by every path
         self.sharded_at_load = bool(load_sharded) and path is not None and _process_count() > 1

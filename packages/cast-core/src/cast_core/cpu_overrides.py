@@ -105,8 +105,10 @@ def require_device(value: Any, key: str) -> "Any":
         raise ConfigError(
             f'config key {key!r}: {value!r} is not a torch device; use "cpu", "cuda" or "cuda:N"'
         ) from None
-    fix = f'run on the CPU with --set {key}="cpu"' + (
-        " (or --cpu: cast train and cast sample set every policy device)" if key.startswith("policy_kwargs.") else ""
+    fix = (
+        f'on the CPU add --cpu (cast train, cast sample: a tiny model, a smoke test) or --set {key}="cpu"'
+        if key.startswith("policy_kwargs.")
+        else f'on the CPU use --set {key}="cpu"'
     )
     if device.type == "cuda":
         if not torch.cuda.is_available():
