@@ -68,9 +68,7 @@ def edited_keys(in_file: dict, trained: dict, may_change: Iterable[str]) -> list
     return out
 
 
-def check_resume(
-    run_dir: str | Path, in_file: dict, may_change: Iterable[str], warn: Callable[[str], None]
-) -> None:
+def check_resume(run_dir: str | Path, in_file: dict, may_change: Iterable[str], warn: Callable[[str], None]) -> None:
     """Refuse a resume whose config.toml (``in_file``, its values as loaded) differs from what
     the newest intact checkpoint was trained with, or whose checkpoints are all gone after
     steps were logged. Checkpoints from before the record existed: one warning, then as before."""
