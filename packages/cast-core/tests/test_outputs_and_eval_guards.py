@@ -349,3 +349,16 @@ def test_float_images_of_unknown_range_and_animations_are_refused(tmp_path):
         load_image(tmp_path / "a.gif")
     frames[0].save(tmp_path / "one.gif")
     assert load_image(tmp_path / "one.gif").shape == (3, 8, 8)
+
+
+def test_a_run_directory_on_a_read_only_disk_is_one_line(tmp_path, monkeypatch):
+    from cast_core.run_dir import RunDirectory
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(WriteError, match=rf"^cannot write {tmp_path / 'run' / 'samples'}: read-only file system$"):
+        RunDirectory(tmp_path / "run").create({"steps": 1})
+    with pytest.raises(WriteError, match=rf"^cannot write {tmp_path / 'run' / '.lock'}: read-only file system$"):
+        RunDirectory(tmp_path / "run").lock()

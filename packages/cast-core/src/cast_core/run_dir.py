@@ -285,7 +285,7 @@ class RunDirectory:
     def create(self, config: dict[str, Any], notes: dict[str, str] | None = None) -> None:
         if not self.writer:
             return
-        self.samples.mkdir(parents=True, exist_ok=True)
+        guard_write(self.samples, lambda: self.samples.mkdir(parents=True, exist_ok=True))
         self.write_config(config, notes)
 
     def write_config(self, config: dict[str, Any], notes: dict[str, str] | None = None) -> None:
