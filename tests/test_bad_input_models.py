@@ -65,3 +65,12 @@ def test_cpu_trains_the_recipe_on_a_tiny_model_and_a_resume_keeps_it(qwen_dir, t
     (run / "config.toml").write_text(config.replace('base_dtype = "float32"', 'base_dtype = "bfloat16"'))
     with pytest.raises(ConfigError, match="--cpu cannot change a resumed run: .* has base_dtype = 'bfloat16'"):
         cpu_sets((), resume_dir=str(run))
+
+
+@pytest.mark.parametrize("rank", [0, 129, 100000, 2.5])
+def test_the_shapes_policy_refuses_a_lora_rank_it_cannot_use(rank):
+    from cast_core.errors import ConfigError
+    from cast_core.registry import get_policy
+
+    with pytest.raises(ConfigError, match=rf"policy_kwargs.lora_rank = {rank}: .* from 1 to 128 \(its narrowest"):
+        get_policy("shapes", lora_rank=rank)

@@ -30,6 +30,28 @@ ADAPTER_FILE = "pytorch_lora_weights.safetensors"  # diffusers' file name for Lo
 ADAPTER_CONFIG = "adapter_config.json"
 
 
+def _checked_lora_rank(transformer: torch.nn.Module, rank) -> int:
+    """A whole rank from 1 to the narrowest adapted layer's width, refused in one line before peft
+    allocates: 0 is a traceback inside peft, and a rank above every layer's width adds nothing
+    but memory (100000 would take minutes to allocate)."""
+    import re
+
+    from cast_core.errors import ConfigError
+
+    widths = [
+        min(m.in_features, m.out_features)
+        for name, m in transformer.named_modules()
+        if isinstance(m, torch.nn.Linear) and re.fullmatch(LORA_TARGETS, name)
+    ]
+    whole = isinstance(rank, int) and not isinstance(rank, bool)
+    if not whole or not 1 <= rank <= min(widths):
+        raise ConfigError(
+            f"policy_kwargs.lora_rank = {rank!r}: the shapes policy's LoRA rank is a whole number from 1 to "
+            f"{min(widths)} (its narrowest adapted layer's width; a larger rank adds nothing)"
+        )
+    return rank
+
+
 class ShapesPolicy:
     def __init__(
         self,
@@ -45,6 +67,7 @@ class ShapesPolicy:
 
         self.weights = Path(weights) if weights else DEFAULT_WEIGHTS
         self.net, self.metadata = load_net(self.weights)
+        lora_rank = _checked_lora_rank(self.net.transformer, lora_rank)
         self.net.requires_grad_(False)
         self.net.to(device)
         self.cfg = self.net.cfg
