@@ -325,7 +325,7 @@ def _convert(f: dataclasses.Field, raw: Any, source: str) -> Any:
                 raise ValueError
             return raw
     except (TypeError, ValueError):
-        raise ConfigError(f"{where} must be {t}, got {raw!r} ({f.metadata['help']})") from None
+        raise ConfigError(f"{where} must be {t}, got {_short(raw)} ({f.metadata['help']})") from None
     return raw
 
 
@@ -343,7 +343,15 @@ def _check(f: dataclasses.Field, value: Any) -> None:
         )
         if bad:
             lo = f"({low}" if m.get("low_open") else f"[{low}"
-            raise ConfigError(f"{where}: value {value!r} is out of range {lo}, {high}] ({m['help']})")
+            raise ConfigError(f"{where}: value {_short(value)} is out of range {lo}, {high}] ({m['help']})")
+
+
+def _short(value: Any) -> str:
+    """``repr(value)``, cut: a pasted 5000-digit number must not make a 5000-character error line."""
+    if isinstance(value, int) and abs(value) >= 10**60:
+        return f"{str(value)[:40]}... ({len(str(value))} digits)"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}..."
 
 
 def parse_set(assignments: list[str], option: str = "--set", example: str = "lr=3e-4") -> dict[str, Any]:
@@ -357,7 +365,7 @@ def parse_set(assignments: list[str], option: str = "--set", example: str = "lr=
             raise ConfigError(f"{option} {item!r}: expected KEY=VALUE, e.g. {option} {example}")
         try:
             out[key] = tomllib.loads(f"v = {raw.strip()}")["v"]
-        except tomllib.TOMLDecodeError:
+        except ValueError:  # not TOML (TOMLDecodeError), or an integer of thousands of digits
             out[key] = raw.strip()
     return out
 
@@ -535,9 +543,8 @@ def build_config(
     _drop_window_for_forward_objective(cfg, user)
     ignored = sorted(user & {"window_start", "window_size"})
     if ignored and cfg.window is not None:
-        start, size = cfg.window_start, cfg.window_size
-        if start + size > cfg.num_steps:  # the example must be one that runs
-            start, size = 0, min(2, cfg.num_steps)
+        size = min(cfg.window_size, cfg.num_steps)  # the user's window, moved inside the schedule: a fix that runs
+        start = min(cfg.window_start, cfg.num_steps - size)
         raise ConfigError(
             f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
             f"{cfg.window!r} selector{f' ({base_label})' if base.get('window') == cfg.window else ''}. Set it "
