@@ -74,3 +74,21 @@ def test_the_shapes_policy_refuses_a_lora_rank_it_cannot_use(rank):
 
     with pytest.raises(ConfigError, match=rf"policy_kwargs.lora_rank = {rank}: .* from 1 to 128 \(its narrowest"):
         get_policy("shapes", lora_rank=rank)
+
+
+def test_a_truncated_shapes_adapter_is_one_line_on_the_option(tmp_path):
+    """The shapes policy reads its adapter file itself: cast-core's --adapter handling names it."""
+    import click
+
+    from cast_core.commands.inputs import load_adapter_option
+    from cast_core.registry import get_policy
+
+    policy = get_policy("shapes")
+    policy.save_adapter(tmp_path / "adapter")
+    weights = next((tmp_path / "adapter").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(click.BadParameter) as err:
+        load_adapter_option(policy, str(tmp_path / "adapter"), "--base-adapter")
+    message = err.value.format_message()
+    assert f"{tmp_path / 'adapter'}: its adapter file is truncated or damaged" in message and "\n" not in message
+    assert err.value.param_hint == "--base-adapter"
