@@ -548,8 +548,8 @@ def build_config(
         raise ConfigError(
             f"{' and '.join(ignored)} would be ignored: this run's window comes from the "
             f"{cfg.window!r} selector{f' ({base_label})' if base.get('window') == cfg.window else ''}. Set it "
-            f"through the fixed selector (--window fixed --set window_kwargs.start={start} "
-            f"--set window_kwargs.size={size}), or drop the selector with --set window=none"
+            f"through the fixed selector with --window fixed --set window_kwargs.start={start} "
+            f"--set window_kwargs.size={size}, or drop the selector with --set window=none"
         )
     cfg.validate()
     if require_scorer and base.get("scorer") is None and "scorer" not in user:
