@@ -41,7 +41,10 @@ from pathlib import Path
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        sys.exit("make test-alone reads pyproject.toml files: run it with Python >= 3.11, or pip install tomli")
 
 ROOT = Path(__file__).resolve().parent.parent
 ALONE = ROOT / ".venv-alone"
