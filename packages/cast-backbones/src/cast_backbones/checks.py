@@ -116,7 +116,10 @@ def check_lora_size(transformer: Any, rank: int, targets: Sequence[str]) -> None
 
 def encoder_layer_count(config: Any) -> int | None:
     """The text encoder's hidden layers, from its config (a dict or a transformers config; a
-    multimodal config keeps them in ``text_config``); ``None`` when it does not say."""
+    multimodal config keeps them in ``text_config``); ``None`` when it does not say (or there is
+    no config: ``cast plan``'s stand-in encoder)."""
+    if config is None:
+        return None
     if not isinstance(config, dict):
         getter = getattr(config, "get_text_config", None)
         config = (getter() if callable(getter) else config).to_dict()

@@ -50,7 +50,7 @@ class Flux2Policy(DiffusersPolicy):
         super().__init__(path, **options)
         self.guidance_scale = float(guidance_scale)
         # an IndexError inside encode_prompt otherwise, at the first prompt
-        self.out_layers = check_out_layers(layers, encoder_layer_count(self.pipe.text_encoder.config))
+        self.out_layers = check_out_layers(layers, encoder_layer_count(getattr(self.pipe.text_encoder, "config", None)))
         self._grid_ids: dict[tuple[int, int], torch.Tensor] = {}
 
     default_lora_targets = staticmethod(flux2_targets)
