@@ -299,6 +299,10 @@ def test_a_name_clash_is_listed_by_cast_plugins_and_refused_elsewhere(fake_insta
     refused = run_cast("score", "x.png", "-p", "a red circle", "--scorer", "twin", extra_path=path)
     assert refused.returncode == 1
     one_error(refused.stderr, r"scorer 'twin' is registered twice: by twin-a .* and by twin-b")
+    run = path / "run"
+    train = run_cast("train", *fake_run_args(**TINY), "--scorer", "twin", "--out", str(run), extra_path=path)
+    assert train.returncode == 1 and not run.exists()  # refused before the run directory is made
+    one_error(train.stderr, r"scorer 'twin' is registered twice")
 
 
 # -- 9. seeds: one syntax --------------------------------------------------------------------------

@@ -499,7 +499,7 @@ def build_config(
 
     Keyword-only because the layers are easy to mix up and most callers give one or two: the CLI,
     the shapes demo and bench, ``cast signal`` and the benchmarks all build their runs here."""
-    from cast_core.registry import get_recipe, list_components
+    from cast_core.registry import get_recipe, list_components, lookup
 
     components = dict(components or {})
     unknown = sorted(set(components) - set(COMPONENT_KEYS))
@@ -552,6 +552,9 @@ def build_config(
             f"--set window_kwargs.size={size}, or drop the selector with --set window=none"
         )
     cfg.validate()
+    for key, kind in REGISTRY_KINDS.items():  # an unknown or doubly registered name: refused before any directory
+        if getattr(cfg, key):
+            lookup(kind, getattr(cfg, key))
     if require_scorer and base.get("scorer") is None and "scorer" not in user:
         where = f"recipe {name!r} names no scorer" if name else "no recipe names a scorer"
         raise ConfigError(
@@ -561,6 +564,15 @@ def build_config(
     return cfg
 
 
+#: the registry kind of each component key
+REGISTRY_KINDS = {
+    "policy": "policy",
+    "scorer": "atom_scorer",
+    "window": "window_selector",
+    "decomposer": "atom_decomposer",
+    "projector": "advantage_projector",
+    "objective": "objective",
+}
 #: the options table of each component kind that has one
 OPTION_TABLES = {
     "policy": "policy_kwargs",
