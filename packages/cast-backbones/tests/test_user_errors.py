@@ -181,7 +181,7 @@ def test_a_truncated_adapter_names_the_file(tmp_path):
 
 # -- --cpu ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("recipe", ["flux2", "flux2-klein", "qwen-image"])
-def test_cpu_sets_the_policy_devices_dtype_and_precision_and_an_explicit_set_wins(recipe):
+def test_cpu_sets_the_policy_devices_dtype_and_precision_over_the_recipe_and_set(recipe):
     from cast_core.config import build_config
     from cast_core.cpu_overrides import cpu_sets, policy_cpu_sets
 
@@ -190,6 +190,26 @@ def test_cpu_sets_the_policy_devices_dtype_and_precision_and_an_explicit_set_win
     assert cfg.policy_kwargs["text_encoder_device"] == "cpu" and cfg.policy_kwargs["device"] == "cpu"
     assert (cfg.base_dtype, cfg.precision, cfg.cpu) == ("float32", "no", True)
     assert cfg.policy_kwargs["path"] == "/m" and cfg.policy_kwargs["lora_rank"] == 64  # the recipe's others stay
-    mine = cpu_sets(('precision="bf16"', 'base_dtype="bfloat16"'), recipe=recipe)
-    assert build_config(recipe=recipe, sets=mine).base_dtype == "bfloat16"  # the user's --set comes last
-    assert policy_cpu_sets(recipe, ()) == ('policy_kwargs.device="cpu"', 'policy_kwargs.text_encoder_device="cpu"')
+    gpu = ('policy_kwargs.device="cuda"', 'base_dtype="bfloat16"', 'precision="bf16"')
+    cfg = build_config(recipe=recipe, sets=cpu_sets(gpu, recipe=recipe))  # --cpu wins over a GPU --set
+    assert (cfg.policy_kwargs["device"], cfg.base_dtype, cfg.precision) == ("cpu", "float32", "no")
+    assert build_config(recipe=recipe, sets=cpu_sets(('precision="no"',), recipe=recipe)).precision == "no"
+    assert policy_cpu_sets(recipe, ("policy_kwargs.x=1",)) == (
+        "policy_kwargs.x=1",
+        'policy_kwargs.device="cpu"',
+        'policy_kwargs.text_encoder_device="cpu"',
+    )
+
+
+def test_cast_sample_cpu_runs_a_gpu_command_line_on_the_cpu(saved, tmp_path, no_cuda):
+    from cast_core.cli import cli
+
+    gpu = ["sample", "--policy", "qwen-image", "--set", f"policy_kwargs.path={saved / 'qwen-image'}", "--set",
+           "policy_kwargs.image_size=[32, 32]", "--set", "policy_kwargs.lora_rank=4", "--set",
+           'policy_kwargs.text_encoder_device="cuda"', "--policy-opt", 'device="cuda"', "-p", "a red cat",
+           "--steps", "2"]  # fmt: skip
+    refused = CliRunner().invoke(cli, [*gpu, "-o", str(tmp_path / "a.png")])
+    assert refused.exit_code == 1 and "'policy_kwargs.device' = 'cuda' needs a CUDA GPU" in refused.output
+    drawn = CliRunner().invoke(cli, [*gpu, "--cpu", "-o", str(tmp_path / "b.png")])
+    assert drawn.exit_code == 0, drawn.output
+    assert (tmp_path / "b.png").is_file() and not (tmp_path / "a.png").exists()

@@ -6,8 +6,8 @@ Why a flag: the backbone recipes are written for a GPU (bf16 weights, a text enc
 user should not have to find in the tests. Which keys move a policy off the GPU belongs to the
 policy, not to core: a policy class names them in its ``cpu_settings`` (config keys in ``--set``
 spelling, e.g. ``{"policy_kwargs.text_encoder_device": "cpu"}``); core adds only its own keys
-(accelerate's ``cpu`` flag, ``precision``, ``base_dtype``). The items go before the user's own
-``--set``, so an explicit ``--set`` still wins.
+(accelerate's ``cpu`` flag, ``precision``, ``base_dtype``). The items go after the user's own
+``--set``: ``--cpu`` added to a GPU command line (``device="cuda"``, bf16) runs it on the CPU.
 
 Why a device check here: a CUDA device asked for on a machine without one surfaces as a torch
 traceback ("Found no NVIDIA driver") after minutes of loading; every plugin that takes a
@@ -50,10 +50,11 @@ def cpu_sets(
     config_file: str | None = None,
     resume_dir: str | None = None,
 ) -> tuple[str, ...]:
-    """``cast train --cpu``: ``sets`` with the CPU overrides of the run's policy in front. The
-    policy is the one the run would train (``--policy``, else the config file's or ``--set``'s,
-    else the recipe's). A resumed run keeps its configuration: ``--cpu`` is accepted there only
-    when ``RUN/config.toml`` already holds those values."""
+    """``cast train --cpu``: ``sets`` with the CPU overrides of the run's policy after them (they
+    win: a GPU command line runs on the CPU with ``--cpu`` added). The policy is the one the run
+    would train (``--policy``, else the config file's or ``--set``'s, else the recipe's). A resumed
+    run keeps its configuration: ``--cpu`` is accepted there only when ``RUN/config.toml`` already
+    holds those values."""
     from cast_core.config import TrainConfig, build_config, load_toml, update_from_file
 
     if resume_dir:
@@ -71,18 +72,19 @@ def cpu_sets(
         recipe=recipe,
         components={"policy": policy},
         config_file=config_file,
-        sets=sets,
+        sets=(*sets, *_items(CORE_CPU_SETTINGS)),  # as the run will be: precision="no" alone is no mistake
         require_scorer=False,
         log=lambda message: None,  # the real build, right after, says it once
     )
-    return (*_items(cpu_settings(cfg.policy)), *sets)
+    return (*sets, *_items(cpu_settings(cfg.policy)))
 
 
 def policy_cpu_sets(policy: str, sets: Sequence[str]) -> tuple[str, ...]:
     """``cast sample --cpu``: only the ``policy_kwargs.*`` overrides apply to a command that builds
-    the policy alone (no trainer, so no dtype or precision keys), before the user's ``--set``."""
+    the policy alone (no trainer, so no dtype or precision keys); after the user's ``--set``, and
+    so over ``--policy-opt`` too: a GPU command line runs on the CPU with ``--cpu`` added."""
     own = {k: v for k, v in cpu_settings(policy).items() if k.startswith("policy_kwargs.")}
-    return (*_items(own), *sets)
+    return (*sets, *_items(own))
 
 
 def _value(cfg: Any, dotted: str) -> Any:

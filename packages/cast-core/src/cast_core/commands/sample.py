@@ -39,7 +39,7 @@ def _seed(value: str) -> int:
     metavar="policy_kwargs.KEY=VALUE",
     help="Policy factory argument in the training config's spelling, e.g. policy_kwargs.path=DIR (repeatable).",
 )
-@click.option("--cpu", is_flag=True, help="Run on the CPU: the policy's own device settings (a --set still wins).")
+@click.option("--cpu", is_flag=True, help="Run on the CPU: the policy's device settings, over --set and --policy-opt.")
 def sample_command(policy, prompt, steps, seed, images, adapter, out, policy_opts, sets, cpu):
     """Generate images for --prompt with the policy's deterministic ODE sampler."""
     import torch

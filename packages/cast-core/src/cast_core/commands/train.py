@@ -70,7 +70,7 @@ def _finished_steps(run_dir: Path) -> int | None:
     "run `cast train` under accelerate launch or torchrun (docs/distributed.md).",
 )
 @click.option(
-    "--cpu", is_flag=True, help="Run on the CPU (a tiny model, a smoke test): the policy's CPU settings (a --set wins)."
+    "--cpu", is_flag=True, help="Run on the CPU (a tiny model, a smoke test): the policy's CPU settings, over --set."
 )
 def train_command(
     recipe,
