@@ -188,6 +188,7 @@ def test_cpu_sets_the_policy_devices_dtype_and_precision_over_the_recipe_and_set
     sets = cpu_sets(("policy_kwargs.path=/m",), recipe=recipe)
     cfg = build_config(recipe=recipe, sets=sets)
     assert cfg.policy_kwargs["text_encoder_device"] == "cpu" and cfg.policy_kwargs["device"] == "cpu"
+    assert cfg.policy_kwargs["torch_dtype"] == "float32"
     assert (cfg.base_dtype, cfg.precision, cfg.cpu) == ("float32", "no", True)
     assert cfg.policy_kwargs["path"] == "/m" and cfg.policy_kwargs["lora_rank"] == 64  # the recipe's others stay
     gpu = ('policy_kwargs.device="cuda"', 'base_dtype="bfloat16"', 'precision="bf16"')
@@ -198,6 +199,7 @@ def test_cpu_sets_the_policy_devices_dtype_and_precision_over_the_recipe_and_set
         "policy_kwargs.x=1",
         'policy_kwargs.device="cpu"',
         'policy_kwargs.text_encoder_device="cpu"',
+        'policy_kwargs.torch_dtype="float32"',
     )
 
 
@@ -206,8 +208,8 @@ def test_cast_sample_cpu_runs_a_gpu_command_line_on_the_cpu(saved, tmp_path, no_
 
     gpu = ["sample", "--policy", "qwen-image", "--set", f"policy_kwargs.path={saved / 'qwen-image'}", "--set",
            "policy_kwargs.image_size=[32, 32]", "--set", "policy_kwargs.lora_rank=4", "--set",
-           'policy_kwargs.text_encoder_device="cuda"', "--policy-opt", 'device="cuda"', "-p", "a red cat",
-           "--steps", "2"]  # fmt: skip
+           'policy_kwargs.text_encoder_device="cuda"', "--policy-opt", 'device="cuda"', "--set",
+           'policy_kwargs.torch_dtype="bfloat16"', "-p", "a red cat", "--steps", "2"]  # fmt: skip
     refused = CliRunner().invoke(cli, [*gpu, "-o", str(tmp_path / "a.png")])
     assert refused.exit_code == 1 and "'policy_kwargs.device' = 'cuda' needs a CUDA GPU" in refused.output
     drawn = CliRunner().invoke(cli, [*gpu, "--cpu", "-o", str(tmp_path / "b.png")])

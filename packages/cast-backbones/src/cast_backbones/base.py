@@ -118,8 +118,12 @@ class DiffusersPolicy:
     #: what `cast window --policy ...` measures with: CLIP sees natural images' structure
     window_defaults: ClassVar[dict] = {"embedder": "clip"}
     #: what `cast train --cpu` / `cast sample --cpu` set (cast_core.cpu_overrides): the recipes put
-    #: the text encoder on "cuda"; everything else of a backbone already starts on the CPU
-    cpu_settings: ClassVar[dict] = {"policy_kwargs.device": "cpu", "policy_kwargs.text_encoder_device": "cpu"}
+    #: the text encoder on "cuda"; a GPU sampling line sets device and bf16 weights (slow on a CPU)
+    cpu_settings: ClassVar[dict] = {
+        "policy_kwargs.device": "cpu",
+        "policy_kwargs.text_encoder_device": "cpu",
+        "policy_kwargs.torch_dtype": "float32",
+    }
 
     def __init__(
         self,
