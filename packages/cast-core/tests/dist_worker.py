@@ -61,7 +61,9 @@ def main(run_dir: str, out: str, overrides: str, resume: str = "") -> None:
     real_encode_rows = PromptCache._encode_rows
     PromptCache._encode_rows = lambda self, new: encoded.extend(new) or real_encode_rows(self, new)
     real_create = RunDirectory.create
-    RunDirectory.create = lambda self, c: (writes.append("config") if self.writer else None) or real_create(self, c)
+    RunDirectory.create = lambda self, c, *notes: (
+        (writes.append("config") if self.writer else None) or real_create(self, c, *notes)
+    )
     trainer = Trainer(cfg, run_dir, resume=resume == "resume", log=lambda m: None)
     if probe:  # a measured window: the selector runs the policy (collective forwards under FSDP2)
         trainer.selector = ProbeSelector()

@@ -62,7 +62,9 @@ def test_window_keys_a_selector_would_ignore_are_refused():
         "from the 'random' selector \\(recipe 'flow-grpo'\\)",
     ):
         build_config(
-            recipe="flow-grpo", components={"policy": "fake", "scorer": "constant"}, sets=["window_start=1", "window_size=3"]
+            recipe="flow-grpo",
+            components={"policy": "fake", "scorer": "constant"},
+            sets=["window_start=1", "window_size=3"],
         )
     cfg = build_config(
         recipe="flow-grpo",

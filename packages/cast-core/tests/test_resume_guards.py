@@ -203,3 +203,19 @@ def test_spread_in_one_of_the_first_two_steps_is_enough():
         trainer.no_reward_spread = flat
         trainer._warn_if_no_reward_spread()
     assert heard == []
+
+
+# -- a new run refused while it is built leaves no directory behind ----------------------------
+def test_a_setting_refused_while_building_leaves_no_run_directory(tmp_path):
+    """The trainer makes and locks the directory before it builds the components (a reused
+    directory must be refused in seconds); a setting refused after that must not leave a
+    directory holding only ``.lock``, or the corrected command would meet it."""
+    out = tmp_path / "new"
+    result = train(*FAKE, "--set", "policy_kwargs.no_such_option=1", "--out", str(out))
+    assert result.exit_code == 1 and len(errors(result)) == 1 and "no_such_option" in errors(result)[0], result.output
+    assert not out.exists()
+    # a directory the user made beforehand is theirs: it stays, empty
+    out.mkdir()
+    result = train(*FAKE, "--set", "policy_kwargs.no_such_option=1", "--out", str(out))
+    assert result.exit_code == 1 and out.is_dir() and list(out.iterdir()) == [], result.output
+    assert train(*FAKE, "--steps", "1", "--out", str(out)).exit_code == 0  # the corrected command runs there

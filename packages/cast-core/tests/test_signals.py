@@ -188,3 +188,33 @@ def _unlocked(lock) -> bool:
             return False
         fcntl.flock(f, fcntl.LOCK_UN)
         return True
+
+
+def test_ctrl_c_in_any_command_or_while_plugins_load_exits_130_with_one_line(monkeypatch, capsys):
+    """Not only `cast train`: click would print "Aborted!" and exit 1 for a Ctrl-C anywhere else."""
+    import click
+    from click.testing import CliRunner
+
+    import cast_core.cli as cli_module
+    from cast_core.interrupt import Aborted
+
+    group = cli_module.CastGroup("probe")
+
+    @group.command("stop")
+    @click.option("--term", is_flag=True)
+    def stop(term):
+        raise Aborted(signal.SIGTERM) if term else KeyboardInterrupt
+
+    out = CliRunner().invoke(group, ["stop"])
+    assert out.exit_code == 130 and out.output == "Error: interrupted by Ctrl-C (SIGINT)\n", out.output
+    out = CliRunner().invoke(group, ["stop", "--term"])
+    assert out.exit_code == 143 and out.output == "Error: interrupted by SIGTERM\n", out.output
+
+    def interrupted_import(group=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "install_plugin_commands", interrupted_import)
+    with pytest.raises(SystemExit) as exit_:
+        cli_module.main(["plugins"])
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err == "Error: interrupted by Ctrl-C (SIGINT)\n"

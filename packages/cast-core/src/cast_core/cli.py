@@ -28,10 +28,25 @@ class CastGroup(click.Group):
             exc = click.ClickException(str(err))
             exc.exit_code = getattr(err, "exit_code", exc.exit_code)
             raise exc from err
+        except KeyboardInterrupt as err:  # click would print "Aborted!" and exit 1
+            raise _interrupted(err) from None
         except OSError as err:
             if err.errno != errno.ENAMETOOLONG:
                 raise
             raise click.ClickException(_name_too_long(err)) from err
+
+
+def _interrupted(err: KeyboardInterrupt) -> click.ClickException:
+    """Ctrl-C (or SIGTERM turned into :class:`~cast_core.interrupt.Aborted`) in any command, or while
+    plugins load: one line and the shell's code for the signal (130 / 143), as `cast train` does, so
+    that a script can tell an interrupt from a failure."""
+    import signal
+
+    signum = getattr(err, "signum", signal.SIGINT)
+    name = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+    exc = click.ClickException(f"interrupted by {name}")
+    exc.exit_code = 128 + int(signum)
+    return exc
 
 
 def _name_too_long(err: OSError) -> str:
@@ -173,6 +188,10 @@ def main(argv: list[str] | None = None) -> None:
     except CastError as err:
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
+    except KeyboardInterrupt as err:  # Ctrl-C while the plugins import (torch, diffusers ...)
+        exc = _interrupted(err)
+        click.echo(f"Error: {exc.message}", err=True)
+        sys.exit(exc.exit_code)
     _warn_failures()
     cli.main(args=argv, prog_name="cast")
 

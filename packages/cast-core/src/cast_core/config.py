@@ -624,10 +624,7 @@ def _drop_replaced_options(
             kind,
         )
         kept = f"; yours ({', '.join(sorted(getattr(cfg, table)))}) are kept" if getattr(cfg, table) else ""
-        log(
-            f"{by} replaces {old!r} of {base_label}, so its {table} ({', '.join(sorted(options))}) "
-            f"are dropped{kept}"
-        )
+        log(f"{by} replaces {old!r} of {base_label}, so its {table} ({', '.join(sorted(options))}) are dropped{kept}")
 
 
 def _drop_window_for_forward_objective(cfg: "TrainConfig", user: set[str]) -> None:

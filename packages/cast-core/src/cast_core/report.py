@@ -236,6 +236,7 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
     about a comparison.json whose layout it cannot read). The page is written atomically: a full
     or read-only disk is a one-line :class:`~cast_core.run_dir.WriteError` and leaves no empty file."""
     run = Path(run_dir)
+    from cast_core.config import read_config_text
     from cast_core.run_dir import read_metrics, write_atomic
 
     _refuse_non_run(run)
@@ -244,7 +245,7 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
     if (run / "config.toml").exists():
         parts.append(
             "<details><summary>configuration</summary>"
-            f"<pre>{html.escape((run / 'config.toml').read_text())}</pre></details>"
+            f"<pre>{html.escape(read_config_text(run / 'config.toml'))}</pre></details>"
         )
     evals = {p.stem.removeprefix("eval-"): _read_json(p, warn, ("gm", "am")) for p in sorted(run.glob("eval-*.json"))}
     evals = {k: v for k, v in evals.items() if v is not None}

@@ -266,6 +266,21 @@ class RunDirectory:
         os.write(fd, f"pid {os.getpid()}".encode())
         self._lock_fd = fd
 
+    def abandon(self, made_here: bool) -> None:
+        """Undo :meth:`lock` for a new run whose set-up failed before it wrote anything: the
+        directory then holds only ``.lock`` (removed, and the directory too when ``made_here``),
+        so a user who fixes the setting and runs the same command again is not told that the
+        directory is in use or not empty."""
+        self.unlock()
+        if not self.writer or not self.path.is_dir() or [p.name for p in self.path.iterdir()] != [LOCK]:
+            return
+        (self.path / LOCK).unlink(missing_ok=True)
+        if made_here:
+            try:
+                self.path.rmdir()
+            except OSError:  # another process put something there meanwhile: leave it
+                pass
+
     def _open_lock(self) -> int:
         self.path.mkdir(parents=True, exist_ok=True)
         return os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT, 0o644)

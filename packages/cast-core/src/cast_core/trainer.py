@@ -113,7 +113,18 @@ class Trainer:
         if not resume:  # before anything heavy: a reused directory is refused in seconds, not after loading
             self.files.refuse_existing_run()
         self.dist.barrier()  # every process has looked at the directory before the main one locks it
+        fresh = not resume and not self.run_dir.exists()
         self.files.lock()
+        try:
+            self._build(cfg, resume)
+        except BaseException:
+            if not resume:  # a setting refused while building leaves nothing behind but its one line
+                self.files.abandon(made_here=fresh)
+            raise
+
+    def _build(self, cfg: TrainConfig, resume: bool) -> None:
+        """Everything from the components to the resumed checkpoint, in the order that makes each
+        check fail before anything heavy is loaded."""
         for kind, name, kwargs, key in (
             ("policy", cfg.policy, cfg.policy_kwargs, "policy_kwargs"),
             ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
@@ -742,7 +753,7 @@ class Trainer:
     def write_samples(self, prompts: list[str], rollout: Rollout, rows: list[int], advantages: torch.Tensor) -> None:
         """A grid of this process's members of the step's first group, with verdicts and maps."""
         from cast_core.judging import local_rows
-        from cast_core.viz import sample_grid
+        from cast_core.viz import sample_grid, save_picture
 
         group = local_rows(rollout, 0)
         if not group:
@@ -755,4 +766,6 @@ class Trainer:
         adv = None
         if rows[: len(group)] == group:
             adv = advantages[: len(group)].reshape(len(group), *self.latent_grid)
-        sample_grid(rollout.images[group], graph, scores, adv).save(self.files.samples / f"step-{self.step:05d}.png")
+        save_picture(
+            sample_grid(rollout.images[group], graph, scores, adv), self.files.samples / f"step-{self.step:05d}.png"
+        )

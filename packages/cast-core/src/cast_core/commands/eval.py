@@ -11,6 +11,12 @@ from cast_core.commands.inputs import policy_opt_option
 from cast_core.commands.output import Outputs, check_output, emit_json
 
 
+def _seed(value: str) -> int:
+    from cast_core.seeding import parse_seed
+
+    return parse_seed(value, "--seed")
+
+
 @click.command("eval")
 @click.option("--policy", required=True, help="Policy component.")
 @click.option("--adapter", type=click.Path(file_okay=False, exists=True), help="Adapter directory to load.")
@@ -18,7 +24,13 @@ from cast_core.commands.output import Outputs, check_output, emit_json
 @click.option("--prompts", "prompt_file", type=click.Path(dir_okay=False), help="File with one prompt a line.")
 @click.option("--images-per-prompt", "-k", default=4, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--steps", default=10, show_default=True, type=click.IntRange(1, 1000), help="Sampling steps.")
-@click.option("--seed", default=0, show_default=True)
+@click.option(
+    "--seed",
+    default="0",
+    show_default=True,
+    callback=lambda ctx, param, value: _seed(value),  # checked before the policy loads
+    help="Noise seed: one integer, 0 or more and below 2**63.",
+)
 @click.option(
     "--benchmark",
     type=click.Choice(["geneval2"]),
