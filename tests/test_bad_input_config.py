@@ -376,3 +376,22 @@ def test_an_out_name_over_255_bytes_is_one_line(tmp_path):
     assert sample.returncode == 1
     one_error(sample.stderr, r"longest name is 404 bytes")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["eval", "--policy", "fake", "--suite", "nosuch", "--seed", "99999999999999999999999"],
+        ["shapes", "render", "a red circle", "-o", "x.png", "--seed", "-3"],
+    ],
+    ids=["eval", "shapes-render"],
+)
+def test_eval_and_shapes_render_take_the_same_seed_rule(tmp_path, monkeypatch, args):
+    from cast_core.cli import install_plugin_commands
+
+    install_plugin_commands(cli)  # `cast shapes` is the shapes plugin's command
+    monkeypatch.chdir(tmp_path)
+    out = invoke(*args)
+    assert out.exit_code == 2, out.output
+    one_error(out.output, r"Invalid value for --seed")
+    assert not (tmp_path / "x.png").exists()

@@ -17,10 +17,22 @@ def shapes_group() -> None:
     """The built-in shapes world: render prompts, list prompt suites."""
 
 
+def _seed(value: str) -> int:
+    from cast_core.seeding import parse_seed  # cast's one seed syntax and range
+
+    return parse_seed(value, "--seed")
+
+
 @shapes_group.command("render")
 @click.argument("prompts", nargs=-1, required=True)
 @click.option("--out", "-o", required=True, type=click.Path(), help="Output PNG (one prompt) or directory.")
-@click.option("--seed", default=0, show_default=True, help="Layout seed (each prompt uses seed, seed+1, ...).")
+@click.option(
+    "--seed",
+    default="0",
+    show_default=True,
+    callback=lambda ctx, param, value: _seed(value),
+    help="Layout seed, 0 or more and below 2**63 (each prompt uses seed, seed+1, ...).",
+)
 def render_command(prompts: tuple[str, ...], out: str, seed: int) -> None:
     """Render world PROMPTS (e.g. "two red circles left of a blue square") as 32x32 PNGs."""
     from PIL import Image
