@@ -21,6 +21,7 @@ from cast_core.report import write_report
 from cast_core.run_dir import read_metrics
 from cast_core.testing.fakes import fake_run_args
 from cast_core.trainer import Trainer
+from tests.resume_check import assert_resume_matches_a_straight_run
 from tests.test_trainer import PROMPTS, adapter, fake_config, quiet
 
 
@@ -218,20 +219,7 @@ def test_ctrl_c_ends_with_a_checkpoint_and_exit_130_then_resumes_identically(tmp
     step = read_metrics(run / "metrics.jsonl")[-1]["step"]
     assert f"interrupted at step {step}; checkpoint written" in err and "Traceback" not in err
     assert [p.name for p in step_dirs(run)] == [f"step-{step:05d}"] and verify_checkpoint(step_dirs(run)[0]) is None
-    resumed = subprocess.run(
-        [sys.executable, "-c", code, "train", "--resume", str(run), "--steps", str(step + 2)],
-        capture_output=True,
-        text=True,
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    ref = tmp_path / "ref"
-    subprocess.run(
-        [sys.executable, "-c", code, "train", *args, "--steps", str(step + 2), "--out", str(ref)],
-        check=True,
-        capture_output=True,
-    )
-    a, b = adapter(ref), adapter(run)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert_resume_matches_a_straight_run(tmp_path, run, step, code, args)
 
 
 def test_a_second_ctrl_c_aborts_at_once():

@@ -11,12 +11,12 @@ import sys
 import time
 
 import pytest
-import torch
 
 from cast_core.checkpoints import step_dirs, verify_checkpoint
 from cast_core.run_dir import read_metrics
 from cast_core.testing.fakes import fake_run_args
-from test_trainer import PROMPTS, adapter
+from resume_check import assert_resume_matches_a_straight_run
+from test_trainer import PROMPTS
 
 ARGS = fake_run_args(
     prompts=PROMPTS, group_size=8, num_steps=6, window_size=3, lr=0.05, clip_range=0.2,
@@ -62,23 +62,7 @@ def test_sigterm_ends_with_a_checkpoint_and_exit_143_then_resumes_identically(tm
     assert f"interrupted at step {step}; checkpoint written" in line and f"--resume {run}" in line
     assert "interrupted (SIGTERM): finishing this step" in err
     assert [p.name for p in step_dirs(run)] == [f"step-{step:05d}"] and verify_checkpoint(step_dirs(run)[0]) is None
-    resumed = subprocess.run(
-        [sys.executable, "-c", MAIN, "train", "--resume", str(run), "--steps", str(step + 2)],
-        capture_output=True,
-        text=True,
-    )
-    assert resumed.returncode == 0, resumed.stderr
-    ref = tmp_path / "ref"
-    subprocess.run(
-        [sys.executable, "-c", MAIN, "train", *ARGS, "--steps", str(step + 2), "--out", str(ref)],
-        check=True,
-        capture_output=True,
-    )
-    a, b = adapter(ref), adapter(run)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert [r["reward_gm"] for r in read_metrics(run / "metrics.jsonl")] == [
-        r["reward_gm"] for r in read_metrics(ref / "metrics.jsonl")
-    ]
+    assert_resume_matches_a_straight_run(tmp_path, run, step, MAIN, ARGS)
 
 
 #: the model build of a run made slow, with a marker saying it has begun
