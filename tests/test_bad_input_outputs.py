@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from cast_core.testing.fakes import fake_run_args
-from tests.conftest import run_cast
+from conftest import run_cast
 
 LONG = " ".join(["blorp"] * 20000)
 
