@@ -110,7 +110,7 @@ def test_a_bad_request_gets_one_line_and_is_not_retried(server):
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(request, timeout=10)
     assert err.value.code == 400
-    assert err.value.read().decode().strip() == "bad request: not a safetensors blob (SafetensorError)"
+    assert err.value.read().decode().strip() == "bad request: not a safetensors blob (its header length is wrong)"
 
 
 def test_a_server_killed_mid_run_is_a_clear_error_after_bounded_retries():

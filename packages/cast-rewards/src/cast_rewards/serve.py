@@ -13,20 +13,37 @@ on the server's own thread; requests arriving during it wait and form the next b
 answers between calls). A judge is many times faster
 on one batch of 32 images than on eight of 4 — eight trainer processes calling one judge is the
 case this is for.
+
+Exposed to a network, the service must not trust its callers (docs/rewards.md, "The judge as a
+service"). With a token, every endpoint answers 401 to a request without ``Authorization: Bearer
+<token>`` (compared in constant time). The body is read as a stream and counted, so a request
+over ``max_request_bytes`` is refused with 413 as soon as it passes the limit, whatever its
+Content-Length says or whether it has one (a chunked body once slipped past a header-only check
+and was buffered whole). Image count and side are checked from the safetensors header, and
+malformed images or graphs are a 400 that never reaches the judge
+(:func:`cast_rewards.remote_wire.decode_request`). Refusals before the body is read close the
+connection, so the client cannot keep sending into a server that stopped listening.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from cast_core.types import AtomScores
-from cast_rewards.remote_wire import WireError, decode_request, encode_response
+from cast_rewards.remote_wire import WireError, WireTooLarge, decode_request, encode_response
 
-__all__ = ["make_app", "Batcher", "serve"]
+__all__ = ["make_app", "Batcher", "serve", "MAX_REQUEST_MB", "MAX_IMAGES", "MAX_SIDE"]
+
+MAX_REQUEST_MB, MAX_IMAGES, MAX_SIDE = 512, 256, 4096  # defaults of --max-request-mb, --max-images, --max-side
+
+
+class _TooLarge(Exception):
+    pass
 
 
 @dataclass
@@ -112,7 +129,15 @@ def _compatible(batch: list[_Pending]) -> list[list[_Pending]]:
 
 
 def make_app(
-    scorer: Any, name: str, *, max_batch: int = 32, max_wait_ms: float = 10.0, max_request_bytes: int = 512 * 2**20
+    scorer: Any,
+    name: str,
+    *,
+    max_batch: int = 32,
+    max_wait_ms: float = 10.0,
+    max_request_bytes: int = MAX_REQUEST_MB * 2**20,
+    max_images: int = MAX_IMAGES,
+    max_side: int = MAX_SIDE,
+    token: str | None = None,
 ):
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -120,21 +145,60 @@ def make_app(
     from starlette.routing import Route
 
     batcher = Batcher(scorer, max_batch=max_batch, max_wait_ms=max_wait_ms)
+    expected = None if token is None else f"Bearer {token}".encode()
+    stats = {"body_bytes_read": 0}  # of the last /score request, for tests: how far a refused body was read
+
+    def refuse(status: int, line: str, **headers: str):
+        # the connection is closed after a refusal: the rest of an unread body is not worth reading
+        return PlainTextResponse(line + "\n", status_code=status, headers={"Connection": "close", **headers})
+
+    def unauthorized(request: Request):
+        if expected is None:
+            return None
+        given = request.headers.get("authorization", "").encode("latin-1", "replace")
+        if hmac.compare_digest(given, expected):
+            return None
+        what = "a wrong token" if given else "no token"
+        return refuse(
+            401,
+            f"unauthorized: this scorer service needs 'Authorization: Bearer <token>' and got {what}",
+            **{"WWW-Authenticate": "Bearer"},
+        )
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > max_request_bytes:
+            stats["body_bytes_read"] = 0
+            raise _TooLarge
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            stats["body_bytes_read"] = size
+            if size > max_request_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def health(request: Request):
+        if (refusal := unauthorized(request)) is not None:
+            return refusal
         return JSONResponse({"status": "ok", "scorer": name, "requests": batcher.requests, "batches": batcher.batches})
 
     async def score(request: Request):
-        size = int(request.headers.get("content-length") or 0)
-        if size > max_request_bytes:
-            return PlainTextResponse(
-                f"request of {size} bytes exceeds the server's limit of {max_request_bytes}\n", status_code=413
-            )
-        body = await request.body()
+        if (refusal := unauthorized(request)) is not None:
+            return refusal
         try:
-            images, graphs, heatmaps = decode_request(body)
+            body = await read_body(request)
+        except _TooLarge:
+            mib = max_request_bytes / 2**20
+            return refuse(413, f"request body over the server's limit of {mib:g} MiB (--max-request-mb)")
+        try:
+            images, graphs, heatmaps = decode_request(body, max_images=max_images, max_side=max_side)
+        except WireTooLarge as err:
+            return PlainTextResponse(f"request too large: {err}\n", status_code=413)
         except WireError as err:
             return PlainTextResponse(f"bad request: {err}\n", status_code=400)
+        del body
         try:
             out = await batcher.score(images, graphs, heatmaps)
         except Exception as err:  # noqa: BLE001 - the scorer's own failure on this request, one line
@@ -147,6 +211,7 @@ def make_app(
 
     app = Starlette(routes=[Route("/health", health), Route("/score", score, methods=["POST"])])
     app.state.batcher = batcher
+    app.state.stats = stats
     return app
 
 
