@@ -110,7 +110,8 @@ def graphs_json(n):
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}])
 def test_no_or_a_wrong_token_is_401_in_one_line(service, path, headers):
     before = Judge.seen
-    status, text = request(service.url, "GET" if path == "/health" else "POST", path, encode_request(*inputs(), False) if path == "/score" else None, headers)
+    body = encode_request(*inputs(), False) if path == "/score" else None
+    status, text = request(service.url, "GET" if path == "/health" else "POST", path, body, headers)
     assert status == 401
     assert text.count("\n") == 1 and text.startswith("unauthorized: this scorer service needs 'Authorization: Bearer")
     assert Judge.seen == before
@@ -139,7 +140,8 @@ def test_the_remote_client_sends_the_token_from_its_file_or_the_environment(serv
 def test_a_refused_token_stops_the_client_at_once_and_says_how_to_give_it(service, tmp_path, monkeypatch):
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     started = time.monotonic()
-    with pytest.raises(ScorerUnavailable, match=f"remote scorer {service.url} refused the request \\(401\\): it needs a token: give scorer_kwargs.token_file=FILE or set {TOKEN_ENV}"):
+    needs = f"refused the request \\(401\\): it needs a token: give scorer_kwargs.token_file=FILE or set {TOKEN_ENV}"
+    with pytest.raises(ScorerUnavailable, match=f"remote scorer {service.url} {needs}"):
         RemoteScorer(service.url, retries=3, backoff=5).score(*inputs())
     assert time.monotonic() - started < 4  # not retried (a retry would sleep 5 s first)
     (tmp_path / "token").write_text("not-it")
@@ -193,20 +195,21 @@ def test_a_tokenless_judge_is_not_served_beyond_loopback_unless_insecure():
 
 
 def test_the_cli_refuses_before_loading_the_judge(tmp_path, monkeypatch):
+    """The scorer named does not exist: a refusal that came after loading it would say so instead
+    (and a missing check would not start serving, which would hang this test)."""
     from click.testing import CliRunner
 
     from cast_core.cli import cli, install_plugin_commands
 
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     install_plugin_commands(cli)
-    exposed = CliRunner().invoke(cli, ["serve-scorer", "--scorer", "left-brightness", "--host", "0.0.0.0"])
-    assert exposed.exit_code == 1
-    assert exposed.output.strip().splitlines() == [exposed.output.strip()]
+    serve = ["serve-scorer", "--scorer", "no-such-judge"]
+    exposed = CliRunner().invoke(cli, [*serve, "--host", "0.0.0.0"])
+    assert exposed.exit_code == 1 and len(exposed.output.strip().splitlines()) == 1
     assert exposed.output.startswith("Error: refusing to serve on 0.0.0.0 without a token")
-    missing = CliRunner().invoke(
-        cli, ["serve-scorer", "--scorer", "left-brightness", "--token-file", str(tmp_path / "nope")]
-    )
-    assert missing.exit_code == 1 and missing.output.startswith(f"Error: token file {tmp_path / 'nope'} does not exist")
+    missing = CliRunner().invoke(cli, [*serve, "--token-file", str(tmp_path / "nope")])
+    assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1
+    assert missing.output.startswith(f"Error: token file {tmp_path / 'nope'} does not exist")
 
 
 def test_the_cli_defaults_are_the_servers():
@@ -225,7 +228,10 @@ def test_the_cli_defaults_are_the_servers():
 def test_too_many_images_or_too_large_a_side_is_413(service):
     before = Judge.seen
     status, text = post(service.url, encode_request(*inputs(MAX_IMAGES + 1, 8, 8), False))
-    assert status == 413 and text == f"request too large: {MAX_IMAGES + 1} images in one request exceed the server's limit of {MAX_IMAGES} (--max-images)\n"
+    assert status == 413 and text == (
+        f"request too large: {MAX_IMAGES + 1} images in one request exceed the server's limit of {MAX_IMAGES} "
+        "(--max-images)\n"
+    )
     status, text = post(service.url, encode_request(*inputs(1, 8, MAX_SIDE + 1), False))
     assert status == 413 and f"exceed the server's limit of {MAX_SIDE} a side (--max-side)" in text
     assert Judge.seen == before
@@ -338,5 +344,6 @@ def test_what_the_client_encodes_is_what_the_server_accepts():
     nothing a trainer sends (the extremes 0 and 1 included)."""
     images = torch.rand(2, 3, 8, 8, dtype=torch.float64)
     images[0, 0, 0, 0], images[1, 2, 7, 7] = 0.0, 1.0
-    got, graphs, _ = decode_request(encode_request(images, [simple_graph("a cat")] * 2, False), max_images=2, max_side=8)
+    blob = encode_request(images, [simple_graph("a cat")] * 2, False)
+    got, graphs, _ = decode_request(blob, max_images=2, max_side=8)
     assert got.dtype == torch.float32 and torch.equal(got, images.float()) and len(graphs) == 2
