@@ -164,7 +164,7 @@ def load_token(token_file: str | os.PathLike | None = None, *, environ: dict | N
     environ = os.environ if environ is None else environ
     make = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
     if token_file is not None and str(token_file) != "":
-        path = Path(token_file)
+        path = Path(token_file).expanduser()
         hint = f"write one random line into it, e.g. {make} > {path}"
         try:
             text = path.read_text(encoding="utf-8")
