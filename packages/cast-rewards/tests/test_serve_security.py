@@ -107,7 +107,11 @@ def graphs_json(n):
 
 
 @pytest.mark.parametrize("path", ["/health", "/score"])
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}, {"Authorization": f"Basic {TOKEN}"}],
+    ids=["none", "wrong", "no scheme", "basic"],
+)
 def test_no_or_a_wrong_token_is_401_in_one_line(service, path, headers):
     before = Judge.seen
     body = encode_request(*inputs(), False) if path == "/score" else None
@@ -119,6 +123,7 @@ def test_no_or_a_wrong_token_is_401_in_one_line(service, path, headers):
 
 def test_the_right_token_is_served(service):
     assert request(service.url, "GET", "/health", headers=AUTH)[0] == 200
+    assert request(service.url, "GET", "/health", headers={"Authorization": f"bearer {TOKEN}"})[0] == 200
     images, graphs = inputs()
     status, _ = post(service.url, encode_request(images, graphs, False))
     assert status == 200

@@ -145,7 +145,7 @@ def make_app(
     from starlette.routing import Route
 
     batcher = Batcher(scorer, max_batch=max_batch, max_wait_ms=max_wait_ms)
-    expected = None if token is None else f"Bearer {token}".encode()
+    expected = None if token is None else token.encode()
     stats = {"body_bytes_read": 0}  # of the last /score request, for tests: how far a refused body was read
 
     def refuse(status: int, line: str, **headers: str):
@@ -155,10 +155,11 @@ def make_app(
     def unauthorized(request: Request):
         if expected is None:
             return None
-        given = request.headers.get("authorization", "").encode("latin-1", "replace")
-        if hmac.compare_digest(given, expected):
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")  # the scheme is case-insensitive (RFC 9110)
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("latin-1", "replace"), expected):
             return None
-        what = "a wrong token" if given else "no token"
+        what = "a wrong token" if header else "no token"
         return refuse(
             401,
             f"unauthorized: this scorer service needs 'Authorization: Bearer <token>' and got {what}",
