@@ -243,6 +243,17 @@ def test_too_many_images_or_too_large_a_side_is_413(service):
     assert post(service.url, encode_request(*inputs(MAX_IMAGES, MAX_SIDE, MAX_SIDE), False))[0] == 200
 
 
+def test_the_client_names_the_limit_when_its_request_is_too_large(service, monkeypatch):
+    """Within the socket buffers the client reads the 413; far beyond them its upload is reset
+    first: either way the one line names --max-request-mb, and the small request still works."""
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    for n in (4, 48):  # 1.2 and 14 MiB of images, against a limit of 1 MiB
+        big, graphs = inputs(n, 160, 160)
+        with pytest.raises(ScorerUnavailable, match="--max-request-mb"):
+            RemoteScorer(service.url, retries=0).score(big, graphs)
+    assert len(RemoteScorer(service.url).score(*inputs(2)).scores) == 2
+
+
 def test_a_declared_content_length_over_the_limit_is_413_before_reading(service):
     conn = socket.create_connection(("127.0.0.1", service.port), timeout=10)
     with conn:

@@ -100,7 +100,7 @@ class RemoteScorer:
 
     def score(self, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
         body = encode_request(images, graphs, heatmaps)
-        last = ""
+        last, cut_off = "", False
         for attempt in range(self.retries + 1):
             if attempt:
                 time.sleep(self.backoff * attempt)
@@ -132,8 +132,17 @@ class RemoteScorer:
                         "(raise scorer_kwargs.timeout if the judge is just slow)"
                     ) from None
                 last = f"{type(err.reason).__name__}: {err.reason}"
+                cut_off = isinstance(err.reason, (ConnectionResetError, BrokenPipeError))
             except (ConnectionError, http.client.HTTPException) as err:  # reset or closed mid-answer
                 last = f"{type(err).__name__}: {err}"
+                cut_off = isinstance(err, (ConnectionResetError, BrokenPipeError))
+        if cut_off and len(body) > 2**20:
+            # a server refuses a body over its --max-request-mb by closing the connection, and an
+            # upload much larger than the socket buffers sees that reset before the 413 can be read
+            last += (
+                f" (the request held {len(body) / 2**20:.1f} MiB: if that is over the server's "
+                "--max-request-mb, raise it or send smaller batches)"
+            )
         raise ScorerUnavailable(
             f"remote scorer {self.url} did not answer after {self.retries + 1} tries; "
             f"last error: {last}. Is `cast serve-scorer` running there?"
