@@ -499,7 +499,7 @@ def build_config(
 
     Keyword-only because the layers are easy to mix up and most callers give one or two: the CLI,
     the shapes demo and bench, ``cast signal`` and the benchmarks all build their runs here."""
-    from cast_core.registry import get_recipe, list_components, lookup
+    from cast_core.registry import get_recipe, list_components
 
     components = dict(components or {})
     unknown = sorted(set(components) - set(COMPONENT_KEYS))
@@ -552,9 +552,6 @@ def build_config(
             f"--set window_kwargs.size={size}, or drop the selector with --set window=none"
         )
     cfg.validate()
-    for key, kind in REGISTRY_KINDS.items():  # an unknown or doubly registered name: refused before any directory
-        if getattr(cfg, key):
-            lookup(kind, getattr(cfg, key))
     if require_scorer and base.get("scorer") is None and "scorer" not in user:
         where = f"recipe {name!r} names no scorer" if name else "no recipe names a scorer"
         raise ConfigError(
@@ -562,6 +559,18 @@ def build_config(
             f"(installed: {', '.join(list_components('atom_scorer'))})"
         )
     return cfg
+
+
+def check_installed(cfg: "TrainConfig") -> None:
+    """Every component ``cfg`` names is registered exactly once, or one line naming it (an unknown
+    name, or two plugins that both register it). ``cast train`` calls this before it makes the
+    run directory; it is not part of :func:`build_config`, whose callers may only read a config
+    (a recipe's window selector need not be installed to plan its memory or to test a config)."""
+    from cast_core.registry import lookup
+
+    for key, kind in REGISTRY_KINDS.items():
+        if getattr(cfg, key):
+            lookup(kind, getattr(cfg, key))
 
 
 #: the registry kind of each component key

@@ -164,7 +164,7 @@ def _train(
     directory as soon as it is known (for the line an abort prints)."""
     import os
 
-    from cast_core.config import TrainConfig, build_config, load_toml, parse_set, update_from_file
+    from cast_core.config import TrainConfig, build_config, check_installed, load_toml, parse_set, update_from_file
     from cast_core.launch import in_distributed_launch
     from cast_core.prompts import check_code_prompts
     from cast_core.resume import check_resume
@@ -223,6 +223,7 @@ def _train(
             sets=sets,
             steps=steps,
         )
+        check_installed(cfg)  # an unknown or doubly registered name: refused before any directory
         check_code_prompts(cfg, allow_code_prompts, "config key 'prompts'")
         run_dir = Path(out) if out else Path("runs") / f"{cfg.recipe or 'custom'}-{time.strftime('%Y%m%d-%H%M%S')}"
         where.append(run_dir)
