@@ -356,7 +356,11 @@ def compare_hint(adapter, cfg, images_per_prompt: int) -> str:
     help="Smoke run: flow-grpo and cast, 640 images per run, part of heldout-hard "
     "(<= 20 min on 2 CPU cores; too small a budget for any method to gain).",
 )
-@click.option("--seeds", type=click.IntRange(1, 100), help="Training seeds per method (default 3).")
+@click.option(
+    "--seeds",
+    type=click.IntRange(1, 100),
+    help="How many training seeds per method (a count, not a seed list; default 3).",
+)
 @click.option("--steps", type=click.IntRange(1, None), help="Training steps per run (equal for every method).")
 @click.option("--method", "methods", multiple=True, help="Run these methods (repeatable; default flow-grpo and cast).")
 @click.option("--eval-seeds", help="Evaluation seeds, e.g. 0-9 (default 0-9; --quick: 0,1).")
