@@ -335,11 +335,11 @@ class Trainer:
         elif isinstance(self.selector, PerStepWindow):
             why = f"unused: selector {cfg.window!r} picks each step's window (metrics.jsonl window_start/window_size)"
         elif measured is None:
-            why = f"unused: selector {cfg.window!r} measures the window at the first step (window.json)"
+            why = f"unused: selector {cfg.window!r} chooses the window at the first step (window.json)"
         else:
             end = measured["start"] + measured["size"] - 1
             why = (
-                f"unused: the run trains on the window selector {cfg.window!r} measured, steps "
+                f"unused: the run trains on the window selector {cfg.window!r} chose, steps "
                 f"{measured['start']}..{end} (window_start = {measured['start']}, window_size = "
                 f"{measured['size']}; window.json)"
             )
