@@ -7,14 +7,8 @@ import json
 
 import click
 
-from cast_core.commands.inputs import policy_opt_option
+from cast_core.commands.inputs import policy_opt_option, seed_option
 from cast_core.commands.output import Outputs, check_output, emit_json
-
-
-def _seed(value: str) -> int:
-    from cast_core.seeding import parse_seed
-
-    return parse_seed(value, "--seed")
 
 
 @click.command("eval")
@@ -28,7 +22,7 @@ def _seed(value: str) -> int:
     "--seed",
     default="0",
     show_default=True,
-    callback=lambda ctx, param, value: _seed(value),  # checked before the policy loads
+    callback=seed_option,  # checked before the policy loads
     help="Noise seed: one integer, 0 or more and below 2**63.",
 )
 @click.option(

@@ -15,6 +15,15 @@ from cast_core.errors import InputError
 MAX_IMAGE_PIXELS = 8192 * 8192
 
 
+def seed_option(ctx, param, value: str) -> int:
+    """The click callback of every ``--seed`` option: cast's one seed syntax and range
+    (:func:`cast_core.seeding.parse_seed`), checked before anything loads. Here, not in
+    ``cast_core.seeding``, because that module imports torch and command modules must not."""
+    from cast_core.seeding import parse_seed
+
+    return parse_seed(value, "--seed")
+
+
 def load_image(path: str | Path):
     """An image file as a float tensor ``[3, H, W]`` in ``[0, 1]`` (alpha dropped, grey expanded).
     Missing, truncated, corrupt and oversized files are one-line input errors naming the file."""

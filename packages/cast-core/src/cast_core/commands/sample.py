@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cast_core.commands.inputs import policy_opt_option
-
-
-def _seed(value: str) -> int:
-    from cast_core.seeding import parse_seed
-
-    return parse_seed(value, "--seed")
+from cast_core.commands.inputs import policy_opt_option, seed_option
 
 
 @click.command("sample")
@@ -21,7 +15,7 @@ def _seed(value: str) -> int:
     "--seed",
     default="0",
     show_default=True,
-    callback=lambda ctx, param, value: _seed(value),
+    callback=seed_option,
     help="Noise seed: one integer, 0 or more and below 2**63 (the seed syntax of every command, e.g. 3).",
 )
 @click.option(
