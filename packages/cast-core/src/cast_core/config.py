@@ -61,6 +61,14 @@ class TrainConfig:
     )
     policy_kwargs: dict = _f(None, "keyword arguments for the policy factory", factory=dict)
     scorer_kwargs: dict = _f(None, "keyword arguments for the scorer factory", factory=dict)
+    scorers: list = _f(
+        None,
+        "several scorers in one run, each a table: {name = SCORER, weight = W (> 0, default 1), label = "
+        "TEXT (default the name), prompt_level = BOOL (default the scorer's own), any other key = the "
+        "scorer's option}; each scorer's atoms are z-scored on their own and the advantage maps add up "
+        "weighted (docs/rewards.md); empty = the one scorer of scorer / scorer_kwargs",
+        factory=list,
+    )
     window_kwargs: dict = _f(None, "keyword arguments for the window selector factory", factory=dict)
     decomposer_kwargs: dict = _f(
         None, "keyword arguments for the decomposer factory (e.g. geneval2's data file)", factory=dict
@@ -234,6 +242,10 @@ class TrainConfig:
                     f"config key 'prompts': item {bad[0]} is {bad[1]!r} ({type(bad[1]).__name__}); prompts "
                     'are non-empty text, e.g. prompts = ["a red circle", "two blue squares"]'
                 )
+        if self.scorers:
+            from cast_core.scorer_set import scorer_specs
+
+            scorer_specs(self)  # each entry's keys, weight and label, in one line naming the item
         if self.window is None and self.window_start + self.window_size > self.num_steps:
             raise ConfigError(
                 f"window_start={self.window_start} + window_size={self.window_size} exceeds "
@@ -552,7 +564,13 @@ def build_config(
             f"--set window_kwargs.size={size}, or drop the selector with --set window=none"
         )
     cfg.validate()
-    if require_scorer and base.get("scorer") is None and "scorer" not in user:
+    if cfg.scorers and user & {"scorer", "scorer_kwargs"}:
+        raise ConfigError(
+            f"{' and '.join(sorted(user & {'scorer', 'scorer_kwargs'}))} would be ignored: this run lists its "
+            f"scorers in 'scorers' ({', '.join(str(e.get('name')) for e in cfg.scorers)}). Add the scorer to "
+            "that list, or drop 'scorers' (--set scorers=[]) to use the one scorer"
+        )
+    if require_scorer and base.get("scorer") is None and not user & {"scorer", "scorers"}:
         where = f"recipe {name!r} names no scorer" if name else "no recipe names a scorer"
         raise ConfigError(
             f"{where}, and a run needs one to judge its images: choose one with --scorer NAME "
@@ -569,8 +587,10 @@ def check_installed(cfg: "TrainConfig") -> None:
     from cast_core.registry import lookup
 
     for key, kind in REGISTRY_KINDS.items():
-        if getattr(cfg, key):
+        if getattr(cfg, key) and not (key == "scorer" and cfg.scorers):
             lookup(kind, getattr(cfg, key))
+    for entry in cfg.scorers:
+        lookup("atom_scorer", entry["name"])
 
 
 #: the registry kind of each component key

@@ -366,6 +366,15 @@ class HeatmapNeeds(Protocol):
 
 
 @runtime_checkable
+class PromptLevel(Protocol):
+    """A scorer that judges the whole prompt at once (pickscore, clip-score): with several
+    scorers in a run it gets one prompt-level atom per prompt, not the decomposer's graph, and
+    its credit is its prompt-level advantage, constant over the image (it has no heatmaps)."""
+
+    prompt_level: bool
+
+
+@runtime_checkable
 class DecompositionStats(Protocol):
     """A decomposer that decomposes by several paths and says which (the ``auto`` decomposer:
     template, LLM, refused); the trainer logs the counts as ``decomposed_<path>``, and

@@ -56,6 +56,73 @@ def _svg_line(xs: list[float], ys: list[float], title: str, width: int = 420, he
     )
 
 
+_COLOURS = ("#c33", "#36c", "#393", "#c93", "#939", "#399", "#666")
+
+
+def _svg_lines(series: dict[str, tuple[list[float], list]], title: str, width: int = 420, height: int = 180) -> str:
+    """Several curves on one chart (``label -> (steps, values)``), one colour each, with a legend:
+    each scorer's reward, or the monitor beside the training reward."""
+    drawn = {
+        label: [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
+        for label, (xs, ys) in series.items()
+    }
+    drawn = {label: pts for label, pts in drawn.items() if pts}
+    every = [p for pts in drawn.values() for p in pts]
+    if len(every) < 2:
+        return f"<p>{html.escape(title)}: not enough points</p>"
+    x0, x1 = min(p[0] for p in every), max(p[0] for p in every)
+    y0, y1 = min(p[1] for p in every), max(p[1] for p in every)
+    y1 = y1 if y1 > y0 else y0 + 1e-9
+    pad = 36
+
+    def sx(x):
+        return pad + (x - x0) / ((x1 - x0) or 1) * (width - pad - 8)
+
+    def sy(y):
+        return height - 22 - (y - y0) / (y1 - y0) * (height - 40)
+
+    lines, legend = [], []
+    for i, (label, pts) in enumerate(drawn.items()):
+        colour = _COLOURS[i % len(_COLOURS)]
+        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        if len(pts) == 1:
+            lines.append(f'<circle cx="{sx(pts[0][0]):.1f}" cy="{sy(pts[0][1]):.1f}" r="3" fill="{colour}"/>')
+        else:
+            lines.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+        legend.append(
+            f'<text x="{width - 150}" y="{14 + 12 * i}" font-size="10" fill="{colour}">{html.escape(label)}</text>'
+        )
+    return (
+        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" style="background:#fafafa">'
+        f'<text x="{pad}" y="14" font-size="12">{html.escape(title)}</text>'
+        + "".join(lines)
+        + "".join(legend)
+        + f'<text x="2" y="{sy(y1) + 4:.0f}" font-size="10">{y1:.3g}</text>'
+        f'<text x="2" y="{sy(y0):.0f}" font-size="10">{y0:.3g}</text>'
+        f'<text x="{pad}" y="{height - 6}" font-size="10">step {x0:g}</text>'
+        f'<text x="{width - 70}" y="{height - 6}" font-size="10">step {x1:g}</text></svg>'
+    )
+
+
+def _per_scorer_charts(metrics: list[dict]) -> str:
+    """One chart per reward statistic with a curve per scorer (``reward_gm/LABEL`` …), in a run
+    that lists several scorers; nothing otherwise."""
+    out = []
+    for key, title in (("reward_gm", "reward GM per scorer"), ("reward_am", "reward AM per scorer")):
+        labels = sorted({k.split("/", 1)[1] for m in metrics for k in m if k.startswith(key + "/")})
+        if labels:
+            series = {
+                label: ([m["step"] for m in metrics], [_number(m.get(f"{key}/{label}")) for m in metrics])
+                for label in labels
+            }
+            out.append(_svg_lines(series, title))
+    return "".join(out)
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def _img(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
     return (
@@ -268,6 +335,7 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
                 for key, title in CURVES
                 if any(key in m for m in metrics)
             )
+            + _per_scorer_charts(metrics)
             + "</div>"
         )
         last = metrics[-1]

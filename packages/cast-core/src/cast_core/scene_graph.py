@@ -285,3 +285,14 @@ def _no_unknown_keys(obj: Mapping[str, Any], allowed: set[str], label: str) -> N
         raise SceneGraphError(
             f"{label}: unknown field(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}"
         )
+
+
+def prompt_level_graph(prompt: str) -> SceneGraph:
+    """One atom for the whole prompt, asked as VQAScore asks it: the graph a prompt-level scorer
+    (pickscore, clip-score) scores, and the ``auto`` decomposer's last resort."""
+    text = " ".join(prompt.split())
+    return SceneGraph(
+        prompt=prompt,
+        entities=(Entity(id="e1", noun="scene", count=1),),
+        atoms=(Atom(id="a1", kind="object", entity="e1", question=f'Does this image show "{text}"?'),),
+    ).validate()

@@ -40,7 +40,7 @@ from cast_core.config import ConfigError, TrainConfig
 from cast_core.distributed import Distributed
 from cast_core.errors import CastError, Interrupted
 from cast_core.interrupt import GracefulInterrupt
-from cast_core.judging import Judge, reward_stats
+from cast_core.judging import Judge, multi_reward_stats, reward_stats
 from cast_core.launch import in_distributed_launch
 from cast_core.memory import peak_memory_mb
 from cast_core.precision import autocast
@@ -64,12 +64,12 @@ from cast_core.registry import (
     check_factory_kwargs,
     factory_takes,
     get_atom_decomposer,
-    get_atom_scorer,
     get_policy,
     get_window_selector,
 )
 from cast_core.resume import finished_work, no_checkpoint_left
 from cast_core.run_dir import RunDirectory, jsonable, jsonable_tree
+from cast_core.scorer_set import build_scorers, scorer_specs
 from cast_core.sampling import concat_rollouts, decode_images, sample
 from cast_core.seeding import generator_for, sample_generators, seed_for
 from cast_core.memory_plan import refuse_if_unfit
@@ -125,9 +125,10 @@ class Trainer:
     def _build(self, cfg: TrainConfig, resume: bool) -> None:
         """Everything from the components to the resumed checkpoint, in the order that makes each
         check fail before anything heavy is loaded."""
+        self.scorer_specs = scorer_specs(cfg)
         for kind, name, kwargs, key in (
             ("policy", cfg.policy, cfg.policy_kwargs, "policy_kwargs"),
-            ("atom_scorer", cfg.scorer, cfg.scorer_kwargs, "scorer_kwargs"),
+            *(("atom_scorer", s.name, s.options, s.key) for s in self.scorer_specs),
             ("atom_decomposer", cfg.decomposer, cfg.decomposer_kwargs, "decomposer_kwargs"),
             ("window_selector", cfg.window, cfg.window_kwargs, "window_kwargs"),
             ("objective", cfg.objective, cfg.objective_kwargs, "objective_kwargs"),
@@ -143,7 +144,7 @@ class Trainer:
             self.policy.check_prompts(list(self.prompts))
         self.image_size = tuple(cfg.image_size) if cfg.image_size else None
         # every other component is built (and every cheap check made) before any prompt is encoded
-        scorer = get_atom_scorer(cfg.scorer, **cfg.scorer_kwargs)
+        scorers = build_scorers(self.scorer_specs)
         self.decomposer = get_atom_decomposer(cfg.decomposer, **cfg.decomposer_kwargs)
         self.projector = build_offering(
             "advantage_projector",
@@ -202,13 +203,14 @@ class Trainer:
         # the update report what they dropped, and the step adds it here)
         self.counters = {"skipped_updates": 0, "scorer_failures": 0, "images_sampled": 0, "optimizer_steps": 0}
         self.judge = Judge(
-            scorer,
+            scorers,
             self.decomposer,
             self.projector,
             self.dist,
             group_size=cfg.group_size,
             heatmap_source=cfg.heatmap_source,
             log=self.log,
+            adv_clip=cfg.adv_clip,
         )
         self.maps_from_x0 = self.judge.maps_from_x0
         self._prepare_run_dir(resume)
@@ -457,10 +459,14 @@ class Trainer:
         if self.zero_spread_steps == 2:
             self.zero_spread_steps = -1
             self.log(
-                f"warning: the judge (scorer {self.config.scorer!r}) gave every image of each group the same reward "
+                f"warning: the judge ({self._scorer_names()}) gave every image of each group the same reward "
                 "in the first 2 steps, so every advantage is 0 and nothing is learned; use a scorer "
                 "that tells the images apart (--scorer)"
             )
+
+    def _scorer_names(self) -> str:
+        names = [repr(s.name or s.label) for s in self.judge.slots]
+        return f"scorer {names[0]}" if len(names) == 1 else f"scorers {', '.join(names)}"
 
     def train_step(self) -> dict:
         """One step: prompts → window → rollout → judge and project → update → metrics."""
@@ -481,7 +487,9 @@ class Trainer:
             **scored.reward_stats,
         }
         # verdicts are gathered whole, so every process decides the same
-        self.no_reward_spread = bool(scored.kept) and all(bool((v.scores == v.scores[:1]).all()) for v in scored.kept)
+        self.no_reward_spread = bool(scored.kept) and all(
+            bool((part.scores == part.scores[:1]).all()) for v in scored.kept for part in (v.by_scorer or {"": v}).values()
+        )
         if not scored.kept:
             self.counters["skipped_updates"] += 1
             metrics["skipped"] = "no group could be scored"
@@ -674,7 +682,10 @@ class Trainer:
         """Judge and project, with the step's reward statistics in ``reward_stats``."""
         verdicts = self.verdicts(prompts, rollout)
         scored = self.advantages(verdicts, rollout)
-        scored.reward_stats = reward_stats(verdicts, scored.projector_stats, projected=scored.kept)
+        if self.judge.several:
+            scored.reward_stats = multi_reward_stats(scored.kept, self.judge.slots, scored.projector_stats)
+        else:
+            scored.reward_stats = reward_stats(verdicts, scored.projector_stats, projected=scored.kept)
         return scored
 
     def update(self, rollout: Rollout, scored: ScoredGroups) -> dict:

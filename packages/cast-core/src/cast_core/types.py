@@ -141,6 +141,9 @@ class GroupVerdict:
     graph: SceneGraph
     scores: "torch.Tensor"  # [G, K]
     heatmaps: "torch.Tensor | None" = None  # [G, K, H, W] on the scorer's grid, when asked
+    # with several scorers (config ``scorers``): each one's verdict by label, on its own graph;
+    # the fields above are then the first scorer's. Empty in a one-scorer run.
+    by_scorer: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -20,22 +20,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cast_core.errors import SceneGraphError
-from cast_core.scene_graph import Atom, Entity, SceneGraph
+from cast_core.scene_graph import SceneGraph, prompt_level_graph  # noqa: F401 - re-exported: its old home
 from cast_rewards.errors import cut
 
 __all__ = ["AutoDecomposer", "prompt_level_graph", "PATHS"]
 
 PATHS = ("template", "llm", "prompt-level")
-
-
-def prompt_level_graph(prompt: str) -> SceneGraph:
-    """One atom for the whole prompt, asked as VQAScore asks it."""
-    text = " ".join(prompt.split())
-    return SceneGraph(
-        prompt=prompt,
-        entities=(Entity(id="e1", noun="scene", count=1),),
-        atoms=(Atom(id="a1", kind="object", entity="e1", question=f'Does this image show "{text}"?'),),
-    ).validate()
 
 
 class AutoDecomposer:

@@ -47,6 +47,8 @@ class ClipScoreScorer:
     """Image embeddings from the registered ``clip`` embedder (its preprocessing and weights),
     prompt embeddings from the same open_clip model's text tower."""
 
+    prompt_level = True  # one verdict per prompt: in a run with several scorers, one prompt-level atom
+
     def __init__(
         self,
         model_name: str = "ViT-L-14",
@@ -88,6 +90,9 @@ class PickScoreScorer:
     """``path``: a local PickScore checkpoint (e.g. yuvalkirstain/PickScore_v1 downloaded);
     ``processor_path``: its processor (CLIP-H's, laion/CLIP-ViT-H-14-laion2B-s32B-b79K), default
     ``path``. Or pass a built ``model`` and ``processor``."""
+
+    prompt_level = True  # one verdict per prompt: in a run with several scorers, one prompt-level atom
+
 
     def __init__(
         self,

@@ -99,6 +99,16 @@ def register_atom_scorers(register):
         description="exact per-atom verdicts and object masks for shapes-world images, from pixels",
     )
     register(
+        "shapes-quality",
+        lazy("cast_shapes.stand_in_scorers:ShapesQualityScorer"),
+        description="prompt-level quality stand-in: share of cleanly drawn pixels (background or palette)",
+    )
+    register(
+        "shapes-colour",
+        lazy("cast_shapes.stand_in_scorers:ShapesColourScorer"),
+        description="hackable on purpose: share of pixels of one colour (colour=red), whatever the prompt says",
+    )
+    register(
         "shapes-judge",
         lazy("cast_shapes.judge_scorer:shapes_judge"),
         description="soft-tifa on the learned shapes judge "

@@ -28,6 +28,16 @@ def register_atom_scorers(register):
         lazy("cast_core.testing.fakes:LeftBrightnessScorer"),
         description="spatial fake judge: brightness of the left half, left-half heatmaps (tests)",
     )
+    register(
+        "brightness",
+        lazy("cast_core.testing.fakes:MeanBrightnessScorer"),
+        description="prompt-level fake judge: the image's mean brightness (tests of several scorers)",
+    )
+    register(
+        "sleeping",
+        lazy("cast_core.testing.fakes:SleepingScorer"),
+        description="left-brightness after a sleep (seconds=, per_image=): a slow judge for timing (benchmarks)",
+    )
 
 
 @hookimpl

@@ -258,6 +258,41 @@ class ConstantScorer:
         return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps)
 
 
+class MeanBrightnessScorer:
+    """A prompt-level fake judge: one score per image, its mean brightness (tests of runs with
+    several scorers: a second reward on another scale, without heatmaps)."""
+
+    prompt_level = True
+
+    def score(self, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
+        if len(images) != len(graphs):
+            raise ValueError(f"got {len(images)} images but {len(graphs)} scene graphs")
+        h, w = images.shape[-2:]
+        mean = images.float().mean(dim=(1, 2, 3)).clamp(0, 1)
+        scores = [mean[i].expand(len(g.atoms)).clone() for i, g in enumerate(graphs)]
+        maps = [torch.ones(len(g.atoms), h, w) for g in graphs] if heatmaps else None
+        return AtomScores(graphs=list(graphs), scores=scores, heatmaps=maps)
+
+
+class SleepingScorer:
+    """``left-brightness``'s verdicts after sleeping ``seconds`` per call plus ``per_image``
+    seconds per image: a judge as slow as a VLM without its weights, for the timing of
+    ``async_scoring`` (benchmarks/async_scoring.py). The sleep releases the GIL, as a GPU judge or
+    a remote service leaves the CPU to the sampler."""
+
+    def __init__(self, seconds: float = 0.0, per_image: float = 0.0):
+        if seconds < 0 or per_image < 0:
+            raise ValueError(f"sleeping scorer: seconds and per_image must be >= 0, got {seconds}, {per_image}")
+        self.seconds, self.per_image = float(seconds), float(per_image)
+        self.inner = LeftBrightnessScorer()
+
+    def score(self, images: torch.Tensor, graphs: Sequence[SceneGraph], heatmaps: bool = False) -> AtomScores:
+        import time
+
+        time.sleep(self.seconds + self.per_image * len(images))
+        return self.inner.score(images, graphs, heatmaps)
+
+
 def simple_graph(
     prompt: str = "a red circle", noun: str = "circle", colour: str | None = "red", count: int = 1
 ) -> SceneGraph:
