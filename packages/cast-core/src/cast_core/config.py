@@ -104,6 +104,12 @@ class TrainConfig:
     sample_batch_size: int = _f(
         0, "images per sampling forward pass (per process); 0 = all at once", low=0, high=100_000
     )
+    async_scoring: bool = _f(
+        False,
+        "judge each chunk of sample_batch_size images while the next chunk samples (same numbers "
+        "as the synchronous run, only faster when the judge is slow; needs sample_batch_size below "
+        "the step's images to overlap anything)",
+    )
     decode_batch_size: int = _f(
         0, "latents per decode call (the VAE of a large model needs chunks); 0 = all at once", low=0, high=100_000
     )

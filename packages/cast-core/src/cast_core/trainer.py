@@ -213,6 +213,19 @@ class Trainer:
             adv_clip=cfg.adv_clip,
         )
         self.maps_from_x0 = self.judge.maps_from_x0
+        self.overlap = None
+        if cfg.async_scoring:
+            from cast_core.async_scoring import OverlappedJudging
+
+            self.overlap = OverlappedJudging(self.judge)
+            per_process = cfg.prompts_per_step * cfg.group_size // self.dist.world
+            if not 0 < cfg.sample_batch_size < per_process:
+                self.log(
+                    f"note: async_scoring judges one chunk of sample_batch_size images while the next samples; with "
+                    f"sample_batch_size = {cfg.sample_batch_size} each process samples its {per_process} images "
+                    f"in one chunk and nothing overlaps: set sample_batch_size to a group or two "
+                    f"(e.g. --set sample_batch_size={cfg.group_size})"
+                )
         self._prepare_run_dir(resume)
         self.updater = PolicyUpdate(
             cfg,
@@ -475,10 +488,17 @@ class Trainer:
         sent_before, steps_before = self.dist.bytes_sent, self.updater.optimizer_steps
         prompts = self.pick_prompts(self.step)
         window = self.window_for(self.step, prompts)
-        rollout = self.rollout(prompts, window, self.step)
+        if self.overlap is None:
+            rollout = self.rollout(prompts, window, self.step)
+            scored = self.score_groups(prompts, rollout)
+        else:  # the judge scores each chunk's groups while the next chunk samples (same numbers)
+            self.judge.step = self.step
+            self.judge.share_graphs(prompts)
+            self.overlap.begin(prompts, self.sample_ids(len(prompts)))
+            rollout = self.rollout(prompts, window, self.step, on_chunk=self.overlap.on_chunk)
+            scored = self.score_groups(prompts, rollout, parts=self.overlap.parts())
         images = len(prompts) * cfg.group_size  # over all processes
         self.counters["images_sampled"] += images
-        scored = self.score_groups(prompts, rollout)
         rows, advantages = scored.rows, scored.advantages
         metrics: dict[str, Any] = {
             "step": self.step + 1,
@@ -509,6 +529,7 @@ class Trainer:
                 "step_time_s": elapsed,
                 "images_per_s": images / elapsed,
                 "peak_memory_mb": peak_memory_mb(self.policy_device()),
+                **({"judge_wait_s": self.overlap.waited_s} if self.overlap is not None else {}),
                 **self.counters,
             }
         )
@@ -600,6 +621,7 @@ class Trainer:
         step: int,
         x0_steps: tuple[int, ...] | None = None,
         ids: list[tuple[int, int]] | None = None,
+        on_chunk: Callable[[list[Rollout], int], None] | None = None,
     ) -> Rollout:
         """Sample this process's share of the step (``ids``, default :meth:`sample_ids`).
 
@@ -609,7 +631,8 @@ class Trainer:
         With ``group_noise = "shared"`` the G images of a prompt start from one noise (seeded by
         ``(seed, step, p)``), so their rewards differ only through the window's actions — the
         advantage then credits what the window did, not the luck of the draw (DanceGRPO's
-        ``init_same_noise``); the window must then lie where noise can still change the verdicts."""
+        ``init_same_noise``); the window must then lie where noise can still change the verdicts.
+        ``on_chunk(parts, sampled)`` hears each chunk as it is sampled (``async_scoring``)."""
         cfg = self.config
         ids = self.sample_ids(len(prompts)) if ids is None else ids
         batch = [prompts[p] for p, _ in ids]
@@ -629,31 +652,38 @@ class Trainer:
         chunk = cfg.sample_batch_size or len(batch)
         own = isinstance(self.objective, SamplesWithOwnPolicy) and hasattr(self, "params")
         with self.autocast(), self.objective.sampling(self.params) if own else contextlib.nullcontext():
-            parts = [
-                sample(
-                    self.policy,
-                    batch[i : i + chunk],
-                    num_steps=cfg.num_steps,
-                    image_size=self.image_size,
-                    window=window,
-                    eta=cfg.eta,
-                    generator=gens[i : i + chunk],
-                    keep_x0=keep,
-                    noise_block=cfg.noise_block,
-                    conditioning=select_rows(cond, list(range(i, min(i + chunk, len(batch))))),
-                    initial_noise=None if noise is None else noise[i : i + chunk],
-                    decode_batch_size=cfg.decode_batch_size,
+            parts: list[Rollout] = []
+            for i in range(0, len(batch), chunk):
+                parts.append(
+                    sample(
+                        self.policy,
+                        batch[i : i + chunk],
+                        num_steps=cfg.num_steps,
+                        image_size=self.image_size,
+                        window=window,
+                        eta=cfg.eta,
+                        generator=gens[i : i + chunk],
+                        keep_x0=keep,
+                        noise_block=cfg.noise_block,
+                        conditioning=select_rows(cond, list(range(i, min(i + chunk, len(batch))))),
+                        initial_noise=None if noise is None else noise[i : i + chunk],
+                        decode_batch_size=cfg.decode_batch_size,
+                    )
                 )
-                for i in range(0, len(batch), chunk)
-            ]
+                if on_chunk is not None:
+                    on_chunk(parts, min(i + chunk, len(batch)))
         rollout = concat_rollouts(parts)
         rollout.sample_ids = list(ids)
         return rollout
 
-    def verdicts(self, prompts: list[str], rollout: Rollout) -> list[GroupVerdict]:
-        """Verdicts on the final images of every group the scorer could judge (whole groups)."""
+    def verdicts(self, prompts: list[str], rollout: Rollout, parts: dict | None = None) -> list[GroupVerdict]:
+        """Verdicts on the final images of every group the scorers could judge (whole groups);
+        from ``parts`` already scored (``async_scoring``) when given."""
         self.judge.step = self.step
-        verdicts, failures = self.judge.verdicts(prompts, rollout)
+        if parts is None:
+            verdicts, failures = self.judge.verdicts(prompts, rollout)
+        else:
+            verdicts, failures = self.judge.collect(prompts, parts)
         self.counters["scorer_failures"] += failures
         return verdicts
 
@@ -678,9 +708,10 @@ class Trainer:
         scored.advantages = scored.advantages.to(self.policy_device())
         return scored
 
-    def score_groups(self, prompts: list[str], rollout: Rollout) -> ScoredGroups:
-        """Judge and project, with the step's reward statistics in ``reward_stats``."""
-        verdicts = self.verdicts(prompts, rollout)
+    def score_groups(self, prompts: list[str], rollout: Rollout, parts: dict | None = None) -> ScoredGroups:
+        """Judge (or gather ``parts`` already judged) and project, with the step's reward
+        statistics in ``reward_stats``."""
+        verdicts = self.verdicts(prompts, rollout, parts)
         scored = self.advantages(verdicts, rollout)
         if self.judge.several:
             scored.reward_stats = multi_reward_stats(scored.kept, self.judge.slots, scored.projector_stats)
@@ -714,6 +745,8 @@ class Trainer:
         """End a multi-process run cleanly: every process waits, then leaves the process group
         (a process that exits while another still talks to it can abort the whole launch)."""
         self.files.unlock()
+        if self.overlap is not None:
+            self.overlap.close()
         if self.dist.active:
             import torch.distributed as torch_dist
 
