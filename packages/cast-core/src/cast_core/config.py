@@ -197,6 +197,32 @@ class TrainConfig:
         low=0.0,
         high=1.0,
     )
+    # -- monitor ------------------------------------------------------------------------------
+    monitor_every: int = _f(
+        0,
+        "every N steps (and before the first), sample the held-out monitor_prompts with the ODE and record each "
+        "scorer's reward, the KL to the reference, diversity, saturation and contrast (monitor.jsonl); 0 = off",
+        low=0,
+        high=1_000_000,
+    )
+    monitor_prompts: Any = _f(
+        None,
+        "the monitor's held-out prompts (a list, a text file, 'suite:NAME'); never training prompts",
+    )
+    monitor_size: int = _f(8, "monitor prompts drawn (once per run, by the seed) from monitor_prompts", low=1, high=10_000)
+    monitor_group_size: int = _f(4, "monitor images per prompt (diversity is measured within them)", low=2, high=1000)
+    monitor_scorers: list = _f(
+        None,
+        "extra scorers the monitor records but the run does not train on (entries as in 'scorers', "
+        "e.g. [{name = \"pickscore\", path = \"...\"}])",
+        factory=list,
+    )
+    monitor_stop_if: list = _f(
+        None,
+        "rules that end the run with a checkpoint and a one-line reason, e.g. [{metric = \"shapes-oracle\", "
+        "drop = 0.1, while_rising = \"reward_gm\"}] (docs/rewards.md, 'The monitor'); empty = only report",
+        factory=list,
+    )
     # -- run ----------------------------------------------------------------------------------
     steps: int = _f(100, "training steps", low=1, high=10_000_000)
     max_minutes: float = _f(0.0, "stop (and checkpoint) after this much wall time; 0 = no limit", low=0.0, high=1e7)
@@ -252,6 +278,15 @@ class TrainConfig:
             from cast_core.scorer_set import scorer_specs
 
             scorer_specs(self)  # each entry's keys, weight and label, in one line naming the item
+        if self.monitor_stop_if:
+            from cast_core.monitor_rules import parse_rules
+
+            parse_rules(self.monitor_stop_if)
+            if not self.monitor_every:
+                raise ConfigError(
+                    "config key 'monitor_stop_if' has rules but the monitor is off (monitor_every = 0); "
+                    "set monitor_every, e.g. --set monitor_every=10"
+                )
         if self.window is None and self.window_start + self.window_size > self.num_steps:
             raise ConfigError(
                 f"window_start={self.window_start} + window_size={self.window_size} exceeds "

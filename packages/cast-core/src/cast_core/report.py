@@ -119,6 +119,35 @@ def _per_scorer_charts(metrics: list[dict]) -> str:
     return "".join(out)
 
 
+def _monitor_charts(run: Path, metrics: list[dict], warn: Callable[[str], None] | None) -> str:
+    """The monitor beside the training reward: each scorer's reward on the held-out monitor prompts
+    with the training reward GM on one chart, then KL, diversity, saturation and contrast."""
+    from cast_core.run_dir import read_metrics
+
+    path = run / "monitor.jsonl"
+    rows = [r for r in read_metrics(path, warn) if _number(r.get("step")) is not None] if path.exists() else []
+    if not rows:
+        return ""
+    steps = [r["step"] for r in rows]
+    rewards = sorted({k for r in rows for k in r if k.startswith("monitor/")} - set(MONITOR_STATS))
+    series = {k.removeprefix("monitor/") + " (held-out)": (steps, [_number(r.get(k)) for r in rows]) for k in rewards}
+    if metrics:
+        series["training reward GM"] = ([m["step"] for m in metrics], [_number(m.get("reward_gm")) for m in metrics])
+    out = [_svg_lines(series, "monitor: held-out rewards beside the training reward")]
+    for key, title in MONITOR_STATS.items():
+        if any(key in r for r in rows):
+            out.append(_svg_lines({title: (steps, [_number(r.get(key)) for r in rows])}, f"monitor: {title}"))
+    return "<h2>Monitor (held-out prompts, same noise every time)</h2><div>" + "".join(out) + "</div>"
+
+
+MONITOR_STATS = {
+    "monitor/kl": "KL to the reference",
+    "monitor/diversity": "diversity within a prompt",
+    "monitor/saturation": "saturation",
+    "monitor/contrast": "contrast",
+}
+
+
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -338,6 +367,8 @@ def write_report(run_dir: str | Path, warn: Callable[[str], None] | None = None)
             + _per_scorer_charts(metrics)
             + "</div>"
         )
+    parts.append(_monitor_charts(run, metrics, warn))
+    if metrics:
         last = metrics[-1]
         parts.append(
             f"<p>{len(metrics)} steps logged; {last.get('images_sampled', '?')} images sampled; "

@@ -241,6 +241,14 @@ class Trainer:
             sharded=self.sharded,
             objective=self.objective,
         )
+        self.monitor = None
+        self.stopped_by_monitor: str | None = None
+        if cfg.monitor_every:  # held-out prompts, sampled every monitor_every steps (cast_core/monitor.py)
+            from cast_core.monitor import Monitor
+
+            self.monitor = Monitor(self)
+            if resume:
+                self.monitor.restore(self.step)
 
     def _build_policy(self) -> Any:
         """The policy with the run's base dtype, and on this process's GPU in a multi-GPU run."""
@@ -430,15 +438,23 @@ class Trainer:
                 self.files.open_metrics() as metrics_file,
                 GracefulInterrupt(self.log) as interrupt,
             ):
+                if self.monitor is not None and not self.monitor.rows:  # the base policy: what rules measure from
+                    self.monitor.evaluate(self.step)
                 while self.step < cfg.steps:
                     last = self.train_step()
                     self._warn_if_no_reward_spread()
+                    reason = None
+                    if self.monitor is not None:
+                        self.monitor.observe(last)
+                        if self.monitor.due(self.step):
+                            last.update({k: v for k, v in self.monitor.evaluate(self.step).items() if k != "step"})
+                            reason = self.monitor.stop_reason()
                     # rank 0's clock, and a signal heard by any process, decide for everyone: every
                     # process stops at the same step (SIGTERM wins over SIGINT when both were heard)
                     late = self.dist.is_main and time.monotonic() >= deadline
                     out_of_time, signum = self.dist.max_ints([int(late), interrupt.signum or 0])
                     stop = signum != 0
-                    final = self.step == cfg.steps or out_of_time or stop
+                    final = self.step == cfg.steps or out_of_time or stop or reason is not None
                     if self.step % cfg.log_every == 0 or final:
                         metrics_file.write(json.dumps(jsonable(last)) + "\n")
                         metrics_file.flush()
@@ -452,6 +468,13 @@ class Trainer:
                             f"`cast train --resume {self.run_dir}`",
                             signum,
                         )
+                    if reason is not None and self.step < cfg.steps:
+                        self.stopped_by_monitor = reason
+                        self.log(
+                            f"monitor: stopped at step {self.step}: {reason}; checkpoint written (monitor.jsonl "
+                            "has every evaluation)"
+                        )
+                        break
                     if final and self.step < cfg.steps:
                         self.log(f"time budget of {cfg.max_minutes:g} min reached at step {self.step}")
                         break

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import click
 
+#: the exit code of a run a monitor rule ended (docs/rewards.md, "The monitor")
+MONITOR_STOP_EXIT = 3
+
 #: what --resume may change: how long and how often, never what is trained or how
 RESUMABLE = frozenset(
     {
@@ -19,6 +22,10 @@ RESUMABLE = frozenset(
         "keep_checkpoints",
         "log_with",
         "tracker_project",
+        "async_scoring",  # timing only: the same numbers either way
+        "monitor_every",
+        "monitor_scorers",
+        "monitor_stop_if",
     }
 )
 
@@ -248,6 +255,9 @@ def _train(
             f"step {trainer.step}: reward GM {last.get('reward_gm', float('nan')):.4f} "
             f"AM {last.get('reward_am', float('nan')):.4f}; skipped updates {trainer.counters['skipped_updates']}"
         )
+    if trainer.stopped_by_monitor:  # a planned stop, but not a finished run: a pipeline must not go on as if
+        click.echo(f"stopped by the monitor at step {trainer.step}: {trainer.stopped_by_monitor}", err=True)
+        raise click.exceptions.Exit(MONITOR_STOP_EXIT)
 
 
 def _argv_without_num_processes(ctx: click.Context) -> list[str]:
