@@ -10,10 +10,12 @@ step's images takes as long as sampling them. Two judges are measured:
 * ``remote`` — the same scorer behind ``cast serve-scorer`` on loopback, through the ``remote``
   scorer (HTTP, safetensors on the wire).
 
-Sampling takes ``--num-steps`` denoising steps (default 28, as FLUX; the window is 2 steps), so
-the update — which no overlap can hide, since it needs the scores — costs about what it costs a
-real run relative to sampling. For each judge, two trainers with one configuration but ``async_scoring`` take turns, one step each,
-``--steps`` measured steps apiece after one warm-up step (so drift of the machine hits both).
+Sampling takes ``--num-steps`` denoising steps (default 28, as FLUX; the window is 2 steps). The
+update needs the scores, so no overlap can hide it; the gain is bounded by
+``(S + J + U) / (S + J/k + U)`` (sampling S, judging J, update U, k chunks), which the results
+print beside the measured ratio. For each judge, two trainers with one configuration but
+``async_scoring`` take turns, one step each, ``--steps`` measured steps apiece after one warm-up
+step (so drift of the machine hits both).
 Each step samples ``--prompts`` groups of ``--group`` images in chunks of one group
 (``sample_batch_size = group``); with k chunks the overlap can give at most about 2k/(k+1)
 (before the update's own time, which no overlap hides). Printed and written (``--json``,
@@ -142,6 +144,17 @@ def _measure(name: str, scorer: str, kwargs: dict, args, work: Path) -> dict:
     }
 
 
+def _derive(row: dict, sampling_s: float, judge_s: float, k: int) -> None:
+    """What the step times say: the update's own time (the synchronous step less sampling and
+    judging), the most any overlap inside a step can give with that update,
+    ``(S + J + U) / (S + J/k + U)``, and the share of the judge's time the overlap hid."""
+    sync_s, async_s = row["sync_step_s"]["median"], row["async_step_s"]["median"]
+    update = max(0.0, sync_s - sampling_s - judge_s)
+    row["update_s"] = update
+    row["bound_with_update"] = (sampling_s + judge_s + update) / (sampling_s + judge_s / k + update)
+    row["judge_hidden_fraction"] = (sync_s - async_s) / judge_s
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=6, help="measured steps per mode and judge")
@@ -181,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         images = args.prompts * args.group
         per_image = done["sampling_s"] / images
         done["judge_s"] = per_image * images
-        print(f"sampling a step's {images} images: {done['sampling_s']:.2f} s; judge sleeps {per_image * 1e3:.1f} ms an image")
+        sleep_ms = per_image * 1e3
+        print(f"sampling a step's {images} images: {done['sampling_s']:.2f} s; judge sleeps {sleep_ms:.1f} ms an image")
         k = args.prompts
         done["ideal_speedup_without_update"] = 2 * k / (k + 1)
         for name in ("local", "remote"):
@@ -202,12 +216,18 @@ def main(argv: list[str] | None = None) -> int:
             done["results"][name] = row
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(done, indent=2) + "\n")
-    print(f"\n{'judge':8} {'sync s/step':>12} {'async s/step':>13} {'speedup':>8}  adapters equal")
+    print(
+        f"\n{'judge':8} {'sync s/step':>12} {'async s/step':>13} {'speedup':>8} {'update s':>9} "
+        f"{'bound':>6} {'judge hidden':>13}  adapters equal"
+    )
     for name, row in done["results"].items():
+        _derive(row, done["sampling_s"], done["judge_s"], k)
         print(
             f"{name:8} {row['sync_step_s']['median']:12.2f} {row['async_step_s']['median']:13.2f} "
-            f"{row['speedup']:7.2f}x  {row['adapters_equal']}"
+            f"{row['speedup']:7.2f}x {row['update_s']:9.2f} {row['bound_with_update']:5.2f}x "
+            f"{row['judge_hidden_fraction']:12.0%}  {row['adapters_equal']}"
         )
+    args.json.write_text(json.dumps(done, indent=2) + "\n")
     ok = all(r["adapters_equal"] and r["speedup"] >= 1.6 for r in done["results"].values())
     print(f"target >= 1.6x with equal adapters: {'met' if ok else 'NOT met'}")
     return 0 if all(r["adapters_equal"] for r in done["results"].values()) else 1

@@ -112,17 +112,25 @@ def test_one_chunk_overlaps_nothing_and_says_so(tmp_path):
 
 
 # -- whole runs through `cast train`: SIGKILL and resume, two processes ------------------------------
-ARGS = fake_run_args(prompts=["a red circle", "two blue squares", "a green triangle"], prompts_per_step=3, group_size=4, num_steps=4, window_start=1, window_size=2, sample_batch_size=4,
-                     sample_every=0, checkpoint_every=1, lr=0.05)  # fmt: skip
+ARGS = fake_run_args(
+    prompts=["a red circle", "two blue squares", "a green triangle"],
+    prompts_per_step=3,
+    group_size=4,
+    num_steps=4,
+    window_start=1,
+    window_size=2,
+    sample_batch_size=4,
+    sample_every=0,
+    checkpoint_every=1,
+    lr=0.05,
+)
 
 
 def _cast_train(*args: str, n: int = 1) -> None:
     cmd = [sys.executable, "-m", "cast_core.cli", "train", *args]
     if n > 1:
         cmd += ["--num-processes", str(n)]
-    done = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
 
 

@@ -31,7 +31,7 @@ def test_plugins_json_shape():
     core = data["plugins"][0]
     assert core["version"] == __version__
     assert core["components"]["policy"] == ["fake"]
-    assert core["components"]["atom_scorer"] == ["constant", "left-brightness"]
+    assert core["components"]["atom_scorer"] == ["brightness", "constant", "left-brightness", "sleeping"]
     assert core["components"]["advantage_projector"] == ["atoms", "scalar", "spatial"]
     assert core["components"]["recipe"] == ["awm", "cast", "cast-awm", "cast-nft", "flow-grpo", "nft"]
     assert core["components"]["objective"] == ["awm", "nft", "sde-clipped"]

@@ -110,11 +110,11 @@ class _Scores:
     ],
 )
 def test_a_scorer_breaking_its_contract_stops_the_run_by_name(tmp_path, monkeypatch, make, message):
-    import cast_core.trainer as trainer_module
+    import cast_core.registry as registry_module
     from cast_core.errors import ScorerContractError
     from cast_core.trainer import Trainer
 
-    monkeypatch.setattr(trainer_module, "get_atom_scorer", lambda name, **kw: _Scores(make))
+    monkeypatch.setattr(registry_module, "get_atom_scorer", lambda name, **kw: _Scores(make))
     cfg = TrainConfig(
         policy="fake",
         scorer="x",
@@ -135,11 +135,11 @@ def test_a_scorer_breaking_its_contract_stops_the_run_by_name(tmp_path, monkeypa
 def test_a_run_whose_every_update_was_skipped_exits_non_zero(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import cast_core.trainer as trainer_module
+    import cast_core.registry as registry_module
     from cast_core.cli import cli
 
     monkeypatch.setattr(
-        trainer_module, "get_atom_scorer", lambda name, **kw: _Scores(lambda k: torch.full((k,), float("nan")))
+        registry_module, "get_atom_scorer", lambda name, **kw: _Scores(lambda k: torch.full((k,), float("nan")))
     )
     out = CliRunner().invoke(
         cli,

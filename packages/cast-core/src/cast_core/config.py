@@ -209,17 +209,19 @@ class TrainConfig:
         None,
         "the monitor's held-out prompts (a list, a text file, 'suite:NAME'); never training prompts",
     )
-    monitor_size: int = _f(8, "monitor prompts drawn (once per run, by the seed) from monitor_prompts", low=1, high=10_000)
+    monitor_size: int = _f(
+        8, "monitor prompts drawn (once per run, by the seed) from monitor_prompts", low=1, high=10_000
+    )
     monitor_group_size: int = _f(4, "monitor images per prompt (diversity is measured within them)", low=2, high=1000)
     monitor_scorers: list = _f(
         None,
         "extra scorers the monitor records but the run does not train on (entries as in 'scorers', "
-        "e.g. [{name = \"pickscore\", path = \"...\"}])",
+        'e.g. [{name = "pickscore", path = "..."}])',
         factory=list,
     )
     monitor_stop_if: list = _f(
         None,
-        "rules that end the run with a checkpoint and a one-line reason, e.g. [{metric = \"shapes-oracle\", "
+        'rules that end the run with a checkpoint and a one-line reason, e.g. [{metric = "shapes-oracle", '
         "drop = 0.1, while_rising = \"reward_gm\"}] (docs/rewards.md, 'The monitor'); empty = only report",
         factory=list,
     )

@@ -93,10 +93,14 @@ class Monitor:
         k = min(cfg.monitor_size, len(pool))
         self.prompts = random.Random(seed_for(cfg.seed, 0, "monitor-prompts")).sample(list(pool), k)
         self.rules = parse_rules(cfg.monitor_stop_if)
-        extra = [
-            ScorerSpec(s.label, s.name, 1.0, s.options, s.prompt_level, s.key.replace("scorers", "monitor_scorers"))
-            for s in scorer_specs(_Listed(cfg.monitor_scorers))
-        ] if cfg.monitor_scorers else []
+        extra = (
+            [
+                ScorerSpec(s.label, s.name, 1.0, s.options, s.prompt_level, s.key.replace("scorers", "monitor_scorers"))
+                for s in scorer_specs(_Listed(cfg.monitor_scorers))
+            ]
+            if cfg.monitor_scorers
+            else []
+        )
         taken = {slot.label for slot in trainer.judge.slots}
         clash = [s.label for s in extra if s.label in taken]
         if clash:

@@ -66,7 +66,8 @@ class StopRule:
         now = rows[at][self.metric]
         if self.condition in ("drop", "rise"):
             first = rows[0][self.metric]
-            what = f"{self.metric} {'fell' if self.condition == 'drop' else 'rose'} from {first:.4g} to {now:.4g} (limit {self.threshold:g})"
+            verb = "fell" if self.condition == "drop" else "rose"
+            what = f"{self.metric} {verb} from {first:.4g} to {now:.4g} (limit {self.threshold:g})"
         else:
             what = f"{self.metric} is {now:.4g}, {self.condition} {self.threshold:g}"
         if self.while_rising:
@@ -108,13 +109,17 @@ def parse_rules(raw: Any) -> list[StopRule]:
             )
         value = item[conditions[0]]
         if not _number(value) or (conditions[0] in ("drop", "rise") and value < 0):
-            raise ConfigError(f"{where} ({metric!r}): {conditions[0]} = {value!r} must be a number (>= 0 for drop/rise)")
+            raise ConfigError(
+                f"{where} ({metric!r}): {conditions[0]} = {value!r} must be a number (>= 0 for drop/rise)"
+            )
         patience = item.get("patience", 1)
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
             raise ConfigError(f"{where} ({metric!r}): patience {patience!r} must be a whole number >= 1")
         rising = item.get("while_rising")
         if rising is not None and (not isinstance(rising, str) or not rising.strip()):
-            raise ConfigError(f"{where} ({metric!r}): while_rising {rising!r} must name a training metric, e.g. reward_gm")
+            raise ConfigError(
+                f"{where} ({metric!r}): while_rising {rising!r} must name a training metric, e.g. reward_gm"
+            )
         name = metric if metric.startswith("monitor/") else f"monitor/{metric}"
         rules.append(StopRule(name, conditions[0], float(value), rising, patience))
     return rules

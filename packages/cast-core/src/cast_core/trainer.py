@@ -531,7 +531,9 @@ class Trainer:
         }
         # verdicts are gathered whole, so every process decides the same
         self.no_reward_spread = bool(scored.kept) and all(
-            bool((part.scores == part.scores[:1]).all()) for v in scored.kept for part in (v.by_scorer or {"": v}).values()
+            bool((part.scores == part.scores[:1]).all())
+            for v in scored.kept
+            for part in (v.by_scorer or {"": v}).values()
         )
         if not scored.kept:
             self.counters["skipped_updates"] += 1

@@ -93,7 +93,6 @@ class PickScoreScorer:
 
     prompt_level = True  # one verdict per prompt: in a run with several scorers, one prompt-level atom
 
-
     def __init__(
         self,
         path: str | None = None,

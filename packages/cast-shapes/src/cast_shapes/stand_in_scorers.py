@@ -74,7 +74,9 @@ class ShapesColourScorer:
 
     def __init__(self, colour: str = "red", tau: float = 0.3):
         if colour not in PALETTE:
-            raise ConfigError(f"shapes-colour: colour {colour!r} is not in the world; choose one of {', '.join(PALETTE)}")
+            raise ConfigError(
+                f"shapes-colour: colour {colour!r} is not in the world; choose one of {', '.join(PALETTE)}"
+            )
         self.colour = colour
         self.tau = _check_tau(tau, "shapes-colour")
         self.colours = torch.tensor([PALETTE[colour]], dtype=torch.float32) / 255.0
