@@ -6,9 +6,11 @@ prompts (``monitor_scorers``) with the rule "the oracle's held-out GM fell more 
 base policy's while the training reward rose, at 2 evaluations in a row". The run must end on that
 rule, with a checkpoint and its one-line reason, before ``--steps``.
 
-Settings are the shapes recipe's except the scorer, ``prompts_per_step = 2`` (half the images a
-step, to fit a session on 2 cores) and ``lr = 3e-4`` (so that the hack shows within a few hundred
-steps); they were set once, not tuned. Resumable: a rerun continues the run in ``--out`` (default
+Settings are the shapes recipe's except the scorer, a fixed early window (steps 1..2, maps from the
+final image: colours and sizes are decided early; a first try with the recipe's measured window,
+steps 6..7, moved the held-out colour share by nothing in 60 steps, since the objects are drawn
+by then), ``prompts_per_step = 2`` (half the images a step, to fit a session on 2 cores) and
+``lr = 3e-4`` (so that the hack shows within a few hundred steps). Resumable: a rerun continues the run in ``--out`` (default
 ~/.cache/cast-bench/monitor-hacking) with ``cast train --resume``. The result — the stop step,
 the reason, the monitor's first and last rows — goes to ``--json`` (default
 benchmarks/results/monitor-hacking.json), the report to the run's report.html.
@@ -27,6 +29,9 @@ from pathlib import Path
 RESULT = Path(__file__).resolve().parent / "results" / "monitor-hacking.json"
 RULE = '[{metric = "shapes-oracle", drop = 0.1, while_rising = "reward_gm", patience = 2}]'
 SETS = [
+    "window_kwargs.start=1",  # with --window fixed: colours and sizes are decided early, so the hack
+    "window_kwargs.size=2",  # needs an early window (the recipe's measured steps 6..7 come too late)
+    'heatmap_source="final"',  # x̂0 before step 1 is a blur; the maps come from the final image
     "prompts_per_step=2",
     "lr=3e-4",
     "monitor_every=20",
@@ -56,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
             "shapes",
             "--scorer",
             "shapes-colour",
+            "--window",
+            "fixed",
             "--steps",
             str(args.steps),
             "--out",
@@ -65,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd += ["--set", item]
     done = subprocess.run(cmd, capture_output=True, text=True)
     sys.stderr.write(done.stderr[-2000:])
+    if not (args.out / "monitor.jsonl").exists():
+        return done.returncode or 1
     rows = [json.loads(line) for line in (args.out / "monitor.jsonl").read_text().splitlines() if line.strip()]
     stop = next((line for line in done.stderr.splitlines() if line.startswith("monitor: stopped at step")), None)
     result = {
@@ -74,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_trained": rows[-1]["step"] if rows else 0,
         "max_steps": args.steps,
         "rule": RULE,
-        "settings": ["--recipe shapes", "--scorer shapes-colour", *SETS],
+        "settings": ["--recipe shapes", "--scorer shapes-colour", "--window fixed", *SETS],
         "monitor_first": rows[0] if rows else None,
         "monitor_last": rows[-1] if rows else None,
         "oracle_curve": [(r["step"], r.get("monitor/shapes-oracle")) for r in rows],

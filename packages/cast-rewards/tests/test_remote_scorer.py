@@ -245,3 +245,50 @@ def test_one_bad_request_fails_alone_in_its_batch():
     good, bad = asyncio.run(main())
     assert isinstance(bad, ValueError) and len(good.scores) == 2
     assert Picky.calls == 3  # the shared call failed, then each request on its own
+
+
+def test_two_remote_services_in_one_run_train_as_the_same_scorers_locally(tmp_path, server):
+    """``scorers`` with two ``remote`` entries (two services, one of them prompt-level) gives the
+    adapter the same judges give in the training process."""
+    from cast_core.config import TrainConfig
+    from cast_core.trainer import Trainer
+
+    second, url2 = start_server("brightness", "--max-wait-ms", "0")
+    try:
+
+        def cfg(scorers):
+            return TrainConfig(
+                policy="fake",
+                scorer="constant",
+                decomposer="fake",
+                prompts=["a red circle", "two blue squares"],
+                group_size=4,
+                prompts_per_step=2,
+                num_steps=4,
+                window_start=1,
+                window_size=2,
+                lr=0.05,
+                clip_range=0.2,
+                steps=2,
+                sample_every=0,
+                scorers=scorers,
+            )
+
+        local = Trainer(cfg([{"name": "left-brightness"}, {"name": "brightness", "weight": 0.5}]), tmp_path / "a")
+        local.run()
+        remote = Trainer(
+            cfg(
+                [
+                    {"name": "remote", "label": "left-brightness", "url": server},
+                    {"name": "remote", "label": "brightness", "url": url2, "weight": 0.5, "prompt_level": True},
+                ]
+            ),
+            tmp_path / "b",
+        )
+        last = remote.run()
+    finally:
+        second.kill()
+        second.wait()
+    assert "reward_gm/brightness" in last
+    for p, q in zip(local.params, remote.params):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-6)  # the wire carries float32 exactly

@@ -40,6 +40,7 @@ from cast_core.judging import _rows_of
 from cast_core.loss import kl_penalty
 from cast_core.monitor_rules import first_broken, parse_rules
 from cast_core.projectors import ScalarProjector
+from cast_core.protocols import PerStepWindow
 from cast_core.prompts import resolve_prompts
 from cast_core.sampling import concat_rollouts, sample
 from cast_core.scorer_set import ScorerSpec, build_scorers, scorer_specs
@@ -209,14 +210,15 @@ class Monitor:
         return row
 
     def _kl_window(self, step: int) -> Window:
-        cfg = self.config
-        window = getattr(self.trainer, "_window", None)
-        if self.trainer.objective.uses_window and window is None and self.trainer.selector is None:
-            window = Window(cfg.window_start, cfg.window_size)
-        if window is None or window.size == 0:  # a per-step selector, or no window: two middle steps
-            start = max(0, min(cfg.num_steps - 2, cfg.num_steps // 2))
-            window = Window(start, min(2, cfg.num_steps))
-        return window
+        """The run's window (measured once, or fixed); two middle steps for an objective without
+        one, or a selector that draws a window per step."""
+        cfg, trainer = self.config, self.trainer
+        if trainer.objective.uses_window and not isinstance(trainer.selector, PerStepWindow):
+            window = trainer.window_for(step, [])
+            if window.size:
+                return window
+        start = max(0, min(cfg.num_steps - 2, cfg.num_steps // 2))
+        return Window(start, min(2, cfg.num_steps))
 
     def _kl(self, rollout: Any, cond: Any, window: Window) -> float:
         """Flow-GRPO's KL term at the window's states of the ODE trajectories."""
