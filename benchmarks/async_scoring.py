@@ -63,9 +63,13 @@ def _config(scorer: str, scorer_kwargs: dict, args, async_scoring: bool):
         "async_scoring": async_scoring,
         "scorer_kwargs": scorer_kwargs,
     }
+    components = {"window": "none", "scorer": scorer}
+    if args.policy == "fake":  # cast-core's tiny linear policy: sampling and update both cheap
+        components.update(policy="fake", decomposer="fake")
+        sets["prompts"] = [f"prompt {i}" for i in range(args.prompts)]
     return build_config(
-        recipe="shapes",
-        components={"window": "none", "scorer": scorer},
+        recipe="shapes" if args.policy == "shapes" else "cast",
+        components=components,
         sets=[f"{k}={toml_value(v)}" for k, v in sets.items()],
         log=lambda m: None,
     )
@@ -167,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         help="denoising steps (28, as FLUX: the update's 2 window steps then cost what they cost a real run, "
         "relative to sampling; the shapes recipe's 10 make the update as long as sampling and judging together)",
     )
+    parser.add_argument(
+        "--policy",
+        choices=("shapes", "fake"),
+        default="shapes",
+        help="shapes (real sampling and updates; its CPU update is longer than its sampling) or fake",
+    )
     parser.add_argument("--json", type=Path, default=RESULT)
     parser.add_argument("--fresh", action="store_true", help="measure every judge again")
     args = parser.parse_args(argv)
@@ -179,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 {
                     "sampling_s": _sampling_seconds(args, work),
                     "setup": {
-                        "policy": "shapes",
+                        "policy": args.policy,
                         "prompts_per_step": args.prompts,
                         "group_size": args.group,
                         "sample_batch_size": args.group,
