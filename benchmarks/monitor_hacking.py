@@ -10,10 +10,10 @@ Settings are the shapes recipe's except the scorer, a fixed early window (steps 
 final image: colours and sizes are decided early; a first try with the recipe's measured window,
 steps 6..7, moved the held-out colour share by nothing in 60 steps, since the objects are drawn
 by then), ``prompts_per_step = 2`` (half the images a step, to fit a session on 2 cores) and
-``lr = 3e-4`` (so that the hack shows within a few hundred steps). Resumable: a rerun continues the run in ``--out`` (default
-~/.cache/cast-bench/monitor-hacking) with ``cast train --resume``. The result — the stop step,
-the reason, the monitor's first and last rows — goes to ``--json`` (default
-benchmarks/results/monitor-hacking.json), the report to the run's report.html.
+``lr = 3e-4`` (so that the hack shows within a few hundred steps). Resumable: a rerun continues
+the run in ``--out`` (default ~/.cache/cast-bench/monitor-hacking) with ``cast train --resume``.
+The result — the stop step, the reason, the monitor's first and last rows — goes to ``--json``
+(default benchmarks/results/monitor-hacking.json), the report to the run's report.html.
 
 Run: ``python benchmarks/monitor_hacking.py [--steps 400]``; 15-30 min on 2 cores.
 """

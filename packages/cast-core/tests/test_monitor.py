@@ -188,3 +188,76 @@ def test_every_evaluation_draws_the_same_noise(tmp_path):
     first = {k: v for k, v in trainer.monitor.evaluate(0).items() if k != "step"}
     later = {k: v for k, v in trainer.monitor.evaluate(7).items() if k != "step"}
     assert first == later
+
+
+def test_a_crash_between_logged_rows_resumes_to_the_same_monitor(tmp_path):
+    """metrics.jsonl holds every log_every-th step only: the training rewards since the last
+    evaluation come back from the checkpoint, so the resumed monitor equals the straight one."""
+    settings = dict(steps=8, log_every=2, checkpoint_every=3, monitor_every=4)
+    Trainer(_cfg(**settings), tmp_path / "a", log=lambda m: None).run()
+    crashing = Trainer(_cfg(**settings), tmp_path / "b", log=lambda m: None)
+    step = crashing.train_step
+
+    def crash_at_step_five():
+        if crashing.step == 4:
+            raise RuntimeError("killed")
+        return step()
+
+    crashing.train_step = crash_at_step_five
+    with pytest.raises(RuntimeError, match="killed"):
+        crashing.run()
+    crashing.files.unlock()
+    assert [r["step"] for r in read_metrics(tmp_path / "b" / "metrics.jsonl")] == [2, 4]
+    Trainer(_cfg(**settings), tmp_path / "b", resume=True, log=lambda m: None).run()
+    a, b = (read_metrics(tmp_path / run / "monitor.jsonl") for run in ("a", "b"))
+    assert a == b
+
+
+def test_monitor_settings_are_refused_before_anything_is_built(tmp_path):
+    with pytest.raises(ConfigError, match=r"config key 'monitor_scorers': item 0 .* has no scorer name"):
+        _cfg(monitor_scorers=[{"weight": 1}]).validate()
+    with pytest.raises(ConfigError, match=r"config key 'monitor_scorers\[0\]'.*takes no argument 'valu'"):
+        Trainer(_cfg(monitor_scorers=[{"name": "constant", "valu": 1}]), tmp_path / "r", log=lambda m: None)
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(ConfigError, match="would hide the monitor's own monitor/kl"):
+        Trainer(_cfg(scorers=[{"name": "left-brightness", "label": "kl"}]), tmp_path / "r2", log=lambda m: None)
+
+
+def test_cast_train_exits_3_when_the_monitor_stops_it(tmp_path):
+    from click.testing import CliRunner
+
+    from cast_core.cli import cli
+    from cast_core.monitor import stopped_reason
+    from cast_core.testing.fakes import fake_run_args
+
+    args = fake_run_args(
+        prompts=TRAIN, group_size=4, num_steps=4, window_start=1, window_size=2, lr=0.05, sample_every=0,
+        monitor_every=2, monitor_prompts=HELD_OUT, monitor_size=2, monitor_group_size=2,
+        monitor_stop_if=[{"metric": "kl", "above": 0.0}],
+    )  # fmt: skip
+    out = CliRunner().invoke(cli, ["train", *args, "--steps", "6", "--out", str(tmp_path / "run")])
+    assert out.exit_code == 3, out.output
+    assert "stopped by the monitor at step 2: monitor/kl is" in out.output
+    assert stopped_reason(tmp_path / "run").startswith("monitor/kl is")
+
+
+@pytest.mark.slow
+def test_two_processes_stopped_by_the_monitor_exit_3(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from cast_core.testing.fakes import fake_run_args
+
+    args = fake_run_args(
+        prompts=TRAIN, group_size=4, num_steps=4, window_start=1, window_size=2, lr=0.05, sample_every=0,
+        monitor_every=2, monitor_prompts=HELD_OUT, monitor_size=2, monitor_group_size=2,
+        monitor_stop_if=[{"metric": "kl", "above": 0.0}],
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "cast_core.cli", "train", *args, "--steps", "6", "--out", str(tmp_path / "run"),
+         "--num-processes", "2"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "stopped by the monitor at step 2" in done.stderr

@@ -85,7 +85,7 @@ def test_maps_add_up_weighted_each_scorer_projected_on_its_own():
     # heatmaps only from the scorer that has them; the prompt-level one scored one atom
     assert left.asked == [True] and mean.asked == [False]
     assert scored.kept[0].by_scorer["mean"].scores.shape == (G, 1)
-    assert scored.projector_stats[0]["total_atoms"] == len(graph.atoms) + 1
+    assert scored.projector_stats[0]["total_atoms"] == len(graph.atoms)  # the atom-level scorer's atoms only
 
 
 def test_each_scorers_z_scores_ignore_its_scale():

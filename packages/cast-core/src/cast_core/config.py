@@ -280,6 +280,10 @@ class TrainConfig:
             from cast_core.scorer_set import scorer_specs
 
             scorer_specs(self)  # each entry's keys, weight and label, in one line naming the item
+        if self.monitor_scorers:
+            from cast_core.monitor import monitor_specs
+
+            monitor_specs(self)
         if self.monitor_stop_if:
             from cast_core.monitor_rules import parse_rules
 
@@ -632,7 +636,7 @@ def check_installed(cfg: "TrainConfig") -> None:
     for key, kind in REGISTRY_KINDS.items():
         if getattr(cfg, key) and not (key == "scorer" and cfg.scorers):
             lookup(kind, getattr(cfg, key))
-    for entry in cfg.scorers:
+    for entry in [*cfg.scorers, *cfg.monitor_scorers]:
         lookup("atom_scorer", entry["name"])
 
 

@@ -122,6 +122,7 @@ class Judge:
         heatmap_source: str = "final",
         log: Callable[[str], None] = print,
         adv_clip: float = 5.0,
+        several: bool = False,
     ):
         if isinstance(scorers, ScorerSlot):
             scorers = [scorers]
@@ -132,7 +133,9 @@ class Judge:
         self.group_size = group_size
         self.needs_maps = projector.needs_heatmaps if isinstance(projector, HeatmapNeeds) else True
         self.maps_from_x0 = heatmap_source == "x0" and self.needs_maps
-        self.several = len(self.slots) > 1 or any(s.prompt_level for s in self.slots)
+        # a listed run (config ``scorers``) keeps each scorer's verdict and applies its weight,
+        # even with one scorer; the short form is the one-scorer path of old
+        self.several = several or len(self.slots) > 1 or any(s.prompt_level for s in self.slots)
         if any(s.prompt_level for s in self.slots):
             from cast_core.projectors import ScalarProjector
 
@@ -192,7 +195,10 @@ class Judge:
             return None, None, _UNAVAILABLE + (f"scorer {slot.label!r}: " if len(self.slots) > 1 else "") + str(err)
         except Exception as err:  # noqa: BLE001 - one bad batch must not kill a long run
             return None, None, f"{who}failed on prompt {prompt!r} ({type(err).__name__}: {err})"
-        broken = self._contract_violation(slot.scorer, out, images, graph, heatmaps)
+        name = type(slot.scorer).__name__
+        if len(self.slots) > 1:  # two `remote` entries share a class: the label tells them apart
+            name = f"{slot.label!r} ({name})"
+        broken = self._contract_violation(name, out, images, graph, heatmaps)
         if broken:  # a plugin bug: every rank stops after the gather, naming the scorer
             return None, None, _CONTRACT + broken
         scores = torch.stack([s.detach().float().cpu() for s in out.scores])
@@ -202,12 +208,9 @@ class Judge:
         return scores, maps, None
 
     @staticmethod
-    def _contract_violation(
-        scorer: Any, out: Any, images: torch.Tensor, graph: SceneGraph, heatmaps: bool
-    ) -> str | None:
-        """What the scorer's answer breaks of the AtomScorer contract, or None. NaN is not a
-        violation here: it keeps its own guard (the group is skipped and counted)."""
-        name = type(scorer).__name__
+    def _contract_violation(name: str, out: Any, images: torch.Tensor, graph: SceneGraph, heatmaps: bool) -> str | None:
+        """What the scorer's answer (scorer ``name``) breaks of the AtomScorer contract, or None.
+        NaN is not a violation here: it keeps its own guard (the group is skipped and counted)."""
         k = len(graph.atoms)
         if len(out.scores) != len(images):
             return f"scorer {name} returned {len(out.scores)} score rows for {len(images)} images"
@@ -356,8 +359,8 @@ class Judge:
             projector = self.prompt_projector if slot.prompt_level else self.projector
             amap = projector.project(part.scores, part.heatmaps, part.graph, latent_grid)
             values = slot.weight * amap.values + (0 if values is None else values)
-            for key in ("saturated_atoms", "total_atoms"):
-                stats[key] = stats.get(key, 0) + amap.stats.get(key, 0)
+            for key in ("saturated_atoms", "total_atoms"):  # over the atom-level scorers' atoms
+                stats[key] = stats.get(key, 0) + (0 if slot.prompt_level else amap.stats.get(key, 0))
             stats.update({f"{k}/{slot.label}": x for k, x in amap.stats.items()})
         return values, stats
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,36 +79,21 @@ class Monitor:
     def __init__(self, trainer: Any):
         cfg = trainer.config
         self.trainer, self.config = trainer, cfg
-        if cfg.monitor_prompts in (None, "", []):
-            raise ConfigError(
-                "config key 'monitor_prompts': the monitor (monitor_every > 0) needs held-out prompts the run "
-                'never trains on, e.g. monitor_prompts = "suite:heldout" on the shapes world, or a text file'
-            )
-        pool = resolve_prompts(cfg.monitor_prompts)
-        trained = set(trainer.prompts)
-        overlap = [p for p in pool if p in trained]
-        if overlap:
-            raise ConfigError(
-                f"config key 'monitor_prompts': {len(overlap)} of them are training prompts (e.g. {overlap[0]!r}); "
-                "the monitor must watch prompts the run never trains on: give a held-out set"
-            )
-        k = min(cfg.monitor_size, len(pool))
-        self.prompts = random.Random(seed_for(cfg.seed, 0, "monitor-prompts")).sample(list(pool), k)
+        self.prompts = monitor_prompts(cfg, trainer.prompts)
         self.rules = parse_rules(cfg.monitor_stop_if)
-        extra = (
-            [
-                ScorerSpec(s.label, s.name, 1.0, s.options, s.prompt_level, s.key.replace("scorers", "monitor_scorers"))
-                for s in scorer_specs(_Listed(cfg.monitor_scorers))
-            ]
-            if cfg.monitor_scorers
-            else []
-        )
+        extra = monitor_specs(cfg)
         taken = {slot.label for slot in trainer.judge.slots}
         clash = [s.label for s in extra if s.label in taken]
         if clash:
             raise ConfigError(
                 f"config key 'monitor_scorers': {clash[0]!r} is already a scorer of the run (its reward is "
                 f"monitored anyway); drop it, or give it another label"
+            )
+        reserved = [s.label for s in trainer.judge.slots if f"monitor/{s.label}" in STATISTICS]
+        if reserved:
+            raise ConfigError(
+                f"scorer label {reserved[0]!r} would hide the monitor's own monitor/{reserved[0]}; give the "
+                "scorer another label (scorers = [{name = ..., label = ...}])"
             )
         from cast_core.judging import Judge
 
@@ -122,17 +108,23 @@ class Monitor:
         self.path = Path(trainer.run_dir) / MONITOR_FILE
         self.rows: list[dict] = []
         self.sums: dict[str, list[float]] = {}
+        self.graphs_shared = False
 
     # -- history ---------------------------------------------------------------------------------
-    def restore(self, step: int) -> None:
+    def restore(self, step: int, sums: dict | None = None) -> None:
         """A resumed run: the evaluations up to ``step`` from monitor.jsonl (later ones dropped),
-        and the training rewards since the last of them from metrics.jsonl."""
-        from cast_core.run_dir import read_metrics, write_atomic
+        and the training rewards since the last of them: ``sums`` as the checkpoint saved them,
+        else (a checkpoint from before the monitor was on) from metrics.jsonl's rows."""
+        from cast_core.run_dir import read_metrics
 
         if self.path.exists():
             self.rows = [r for r in read_metrics(self.path) if r.get("step", math.inf) <= step]
-            if self.trainer.dist.is_main:
-                write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+            for row in self.rows:  # a run resumed after a stop goes on
+                row.pop("stopped", None)
+            self._write()
+        if sums is not None:
+            self.sums = {k: [float(x) for x in v] for k, v in sums.items()}
+            return
         since = self.rows[-1]["step"] if self.rows else 0
         metrics = self.trainer.run_dir / "metrics.jsonl"
         for row in read_metrics(metrics) if metrics.exists() else []:
@@ -153,6 +145,18 @@ class Monitor:
     def stop_reason(self) -> str | None:
         reason = first_broken(self.rules, self.rows) if self.rules else None
         return self.trainer.dist.broadcast_object(reason) if self.trainer.dist.active else reason
+
+    def mark_stopped(self, reason: str) -> None:
+        """Record the stop in the last row (``stopped``): what `cast train --num-processes`
+        reads to exit 3 as a one-process run does."""
+        self.rows[-1]["stopped"] = reason
+        self._write()
+
+    def _write(self) -> None:
+        if self.trainer.dist.is_main:
+            from cast_core.run_dir import write_atomic
+
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     # -- one evaluation --------------------------------------------------------------------------
     @torch.no_grad()
@@ -188,6 +192,9 @@ class Monitor:
         rollout = concat_rollouts(parts)
         row: dict[str, Any] = {"step": step}
         self.judge.step = step
+        if not self.graphs_shared:  # decomposed once, on rank 0 (an LLM must not answer ranks differently)
+            self.judge.share_graphs(self.prompts)
+            self.graphs_shared = True
         scored = self.judge.score_local(self.prompts, rollout.images, ids)
         for slot in self.judge.slots:
             gms = []
@@ -203,10 +210,7 @@ class Monitor:
             row[f"train/{key}"] = sum(values) / len(values)
         self.sums = {}
         self.rows.append(row)
-        if trainer.dist.is_main:
-            from cast_core.run_dir import write_atomic
-
-            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        self._write()
         return row
 
     def _kl_window(self, step: int) -> Window:
@@ -221,21 +225,68 @@ class Monitor:
         return Window(start, min(2, cfg.num_steps))
 
     def _kl(self, rollout: Any, cond: Any, window: Window) -> float:
-        """Flow-GRPO's KL term at the window's states of the ODE trajectories."""
+        """Flow-GRPO's KL term at the window's states of the ODE trajectories, in chunks of
+        ``sample_batch_size`` rows (the reference pass doubles the forward passes)."""
         trainer, cfg = self.trainer, self.config
+        from cast_core.conditioning import select_rows
+
         sig = rollout.sigmas
         eta = cfg.eta if cfg.eta > 0 else 0.7
-        values = []
+        n = rollout.latents.shape[0] if rollout.latents is not None else 0
+        chunk = cfg.sample_batch_size or n
+        total, count = 0.0, 0
         for t, si in enumerate(rollout.step_indices):
-            x, x_next = rollout.latents[:, t], rollout.next_latents[:, t]
-            with trainer.autocast():
-                v = trainer.policy.velocity(x, sig[si], cond, image_size=trainer.image_size)
-                with trainer.policy.reference():
-                    v_ref = trainer.policy.velocity(x, sig[si], cond, image_size=trainer.image_size)
-            cur = sde_step(v.float(), x, sig[si], sig[si + 1], eta, sigma_max=sig[1], prev_sample=x_next)
-            ref = sde_step(v_ref.float(), x, sig[si], sig[si + 1], eta, sigma_max=sig[1], prev_sample=x_next)
-            values.append(float(kl_penalty(cur.mean, ref.mean, cur.std_dev_t)))
-        return sum(values) / len(values) if values else math.nan
+            for i in range(0, n, chunk):
+                rows = list(range(i, min(i + chunk, n)))
+                x, x_next = rollout.latents[rows, t], rollout.next_latents[rows, t]
+                c = select_rows(cond, rows)
+                with trainer.autocast():
+                    v = trainer.policy.velocity(x, sig[si], c, image_size=trainer.image_size)
+                    with trainer.policy.reference():
+                        v_ref = trainer.policy.velocity(x, sig[si], c, image_size=trainer.image_size)
+                cur = sde_step(v.float(), x, sig[si], sig[si + 1], eta, sigma_max=sig[1], prev_sample=x_next)
+                ref = sde_step(v_ref.float(), x, sig[si], sig[si + 1], eta, sigma_max=sig[1], prev_sample=x_next)
+                total += float(kl_penalty(cur.mean, ref.mean, cur.std_dev_t)) * len(rows)
+                count += len(rows)
+        return total / count if count else math.nan
+
+
+STATISTICS = ("monitor/kl", "monitor/diversity", "monitor/saturation", "monitor/contrast")
+
+
+def monitor_prompts(cfg: Any, trained: Any) -> list[str]:
+    """The run's monitor prompts: ``monitor_size`` of ``monitor_prompts``, drawn once by the seed;
+    one line when there are none or some are training prompts (``trained``)."""
+    if cfg.monitor_prompts in (None, "", []):
+        raise ConfigError(
+            "config key 'monitor_prompts': the monitor (monitor_every > 0) needs held-out prompts the run "
+            'never trains on, e.g. monitor_prompts = "suite:heldout" on the shapes world, or a text file'
+        )
+    pool = resolve_prompts(cfg.monitor_prompts)
+    overlap = [p for p in pool if p in set(trained)]
+    if overlap:
+        raise ConfigError(
+            f"config key 'monitor_prompts': {len(overlap)} of them are training prompts (e.g. {overlap[0]!r}); "
+            "the monitor must watch prompts the run never trains on: give a held-out set"
+        )
+    return random.Random(seed_for(cfg.seed, 0, "monitor-prompts")).sample(list(pool), min(cfg.monitor_size, len(pool)))
+
+
+def monitor_specs(cfg: Any) -> list[ScorerSpec]:
+    """``monitor_scorers`` read as ``scorers`` entries (the same checks, errors naming the key)."""
+    if not cfg.monitor_scorers:
+        return []
+    listed = _Listed(cfg.monitor_scorers)
+    return [replace(s, weight=1.0) for s in scorer_specs(listed, key="monitor_scorers")]
+
+
+def stopped_reason(run_dir: str | Path) -> str | None:
+    """Why the monitor stopped the run in ``run_dir`` at its last evaluation, or None."""
+    from cast_core.run_dir import read_metrics
+
+    path = Path(run_dir) / MONITOR_FILE
+    rows = read_metrics(path) if path.exists() else []
+    return rows[-1].get("stopped") if rows else None
 
 
 class _Listed:

@@ -45,7 +45,7 @@ class StopRule:
 
     def holds(self, rows: Sequence[dict], at: int) -> bool:
         """Whether the rule holds at evaluation ``rows[at]`` (on its own, before patience)."""
-        first, now = rows[0].get(self.metric), rows[at].get(self.metric)
+        first, now = self.baseline(rows), rows[at].get(self.metric)
         if not _number(now) or (self.condition in ("drop", "rise") and not _number(first)):
             return False
         if self.condition == "drop":
@@ -62,10 +62,15 @@ class StopRule:
             broken = _number(base) and _number(rows[at].get(key)) and rows[at][key] > base and at > 1
         return bool(broken)
 
+    def baseline(self, rows: Sequence[dict]) -> Any:
+        """The metric's first value: the base policy's, or the first evaluation that had it (a
+        ``monitor_scorers`` entry added at a resume)."""
+        return next((r[self.metric] for r in rows if _number(r.get(self.metric))), None)
+
     def describe(self, rows: Sequence[dict], at: int) -> str:
         now = rows[at][self.metric]
         if self.condition in ("drop", "rise"):
-            first = rows[0][self.metric]
+            first = self.baseline(rows)
             verb = "fell" if self.condition == "drop" else "rose"
             what = f"{self.metric} {verb} from {first:.4g} to {now:.4g} (limit {self.threshold:g})"
         else:

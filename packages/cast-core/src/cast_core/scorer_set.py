@@ -58,14 +58,14 @@ class ScorerSlot:
     name: str = ""
 
 
-def scorer_specs(cfg: Any) -> list[ScorerSpec]:
+def scorer_specs(cfg: Any, key: str = "scorers") -> list[ScorerSpec]:
     """The run's scorers: the ``scorers`` entries, checked (one line naming the item), or the
-    short form's one scorer."""
+    short form's one scorer. ``key`` names the list in errors (``monitor_scorers`` reads the same)."""
     if not cfg.scorers:
         return [ScorerSpec(cfg.scorer, cfg.scorer, 1.0, dict(cfg.scorer_kwargs or {}), False)]
     specs: list[ScorerSpec] = []
     for i, entry in enumerate(cfg.scorers):
-        where = f"config key 'scorers': item {i}"
+        where = f"config key '{key}': item {i}"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where} is {entry!r}, not a table; {_EXAMPLE}")
         name = entry.get("name")
@@ -89,7 +89,7 @@ def scorer_specs(cfg: Any) -> list[ScorerSpec]:
                 f'(e.g. {{name = "{name}", label = "{name}-2", ...}}), it names their metrics'
             )
         options = {k: v for k, v in entry.items() if k not in RESERVED_KEYS}
-        specs.append(ScorerSpec(label, name, float(weight), options, prompt_level, f"scorers[{i}]"))
+        specs.append(ScorerSpec(label, name, float(weight), options, prompt_level, f"{key}[{i}]"))
     return specs
 
 

@@ -135,6 +135,12 @@ class Trainer:
         ):
             if name:  # before anything heavy is built (an empty window name means no selector)
                 check_factory_kwargs(kind, name, kwargs, key)
+        if cfg.monitor_every:  # held-out prompts and extra scorers: refused before anything is loaded
+            from cast_core.monitor import monitor_prompts, monitor_specs
+
+            monitor_prompts(cfg, resolve_prompts(cfg.prompts))
+            for spec in monitor_specs(cfg):
+                check_factory_kwargs("atom_scorer", spec.name, spec.options, spec.key)
         if cfg.memory_check and self.dist.device.type == "cuda":  # before the model takes the GPU
             refuse_if_unfit(cfg, self.dist, torch.cuda.get_device_properties(self.dist.device).total_memory, self.log)
         torch.manual_seed(cfg.seed)  # component construction (e.g. LoRA init) is reproducible
@@ -211,6 +217,7 @@ class Trainer:
             heatmap_source=cfg.heatmap_source,
             log=self.log,
             adv_clip=cfg.adv_clip,
+            several=bool(cfg.scorers),
         )
         self.maps_from_x0 = self.judge.maps_from_x0
         self.overlap = None
@@ -248,7 +255,7 @@ class Trainer:
 
             self.monitor = Monitor(self)
             if resume:
-                self.monitor.restore(self.step)
+                self.monitor.restore(self.step, getattr(self, "_monitor_sums", None))
 
     def _build_policy(self) -> Any:
         """The policy with the run's base dtype, and on this process's GPU in a multi-GPU run."""
@@ -337,6 +344,10 @@ class Trainer:
         prompts = list(self.prompts)
         if isinstance(self.selector, CalibrationPrompts):  # what the window will sample
             prompts += self.selector.prompts_for(self.policy, list(self.prompts))
+        if self.config.monitor_every:  # what the monitor will sample
+            from cast_core.monitor import monitor_prompts
+
+            prompts += monitor_prompts(self.config, self.prompts)
         self.log(f"encoding {len(set(prompts))} prompts before offloading the text encoder")
         self.prompt_cache.warm(prompts)
         self.policy.offload_text_encoder()
@@ -387,6 +398,7 @@ class Trainer:
                 continue
             self.step = state["step"]
             self.counters.update(state.get("counters", {}))
+            self._monitor_sums = (state.get("monitor") or {}).get("sums")
             if self.ema is not None and tensors:
                 self.ema = [like(tensors[f"ema.{i}"], p) for i, p in enumerate(self.params)]
             if isinstance(self.objective, KeepsState):
@@ -443,19 +455,19 @@ class Trainer:
                 while self.step < cfg.steps:
                     last = self.train_step()
                     self._warn_if_no_reward_spread()
-                    reason = None
+                    reason, evaluated = None, False
                     if self.monitor is not None:
                         self.monitor.observe(last)
                         if self.monitor.due(self.step):
                             last.update({k: v for k, v in self.monitor.evaluate(self.step).items() if k != "step"})
-                            reason = self.monitor.stop_reason()
+                            reason, evaluated = self.monitor.stop_reason(), True
                     # rank 0's clock, and a signal heard by any process, decide for everyone: every
                     # process stops at the same step (SIGTERM wins over SIGINT when both were heard)
                     late = self.dist.is_main and time.monotonic() >= deadline
                     out_of_time, signum = self.dist.max_ints([int(late), interrupt.signum or 0])
                     stop = signum != 0
                     final = self.step == cfg.steps or out_of_time or stop or reason is not None
-                    if self.step % cfg.log_every == 0 or final:
+                    if self.step % cfg.log_every == 0 or final or evaluated:
                         metrics_file.write(json.dumps(jsonable(last)) + "\n")
                         metrics_file.flush()
                         trackers.log(self.accelerator, last, self.step)
@@ -470,6 +482,7 @@ class Trainer:
                         )
                     if reason is not None and self.step < cfg.steps:
                         self.stopped_by_monitor = reason
+                        self.monitor.mark_stopped(reason)
                         self.log(
                             f"monitor: stopped at step {self.step}: {reason}; checkpoint written (monitor.jsonl "
                             "has every evaluation)"
@@ -788,6 +801,8 @@ class Trainer:
         if self.dist.is_main or self.sharded:
             tensors = {f"ema.{i}": e for i, e in enumerate(self.ema)} if self.ema is not None else {}
             extra: dict = {}
+            if self.monitor is not None:  # the training rewards since the last evaluation (resume)
+                extra["monitor"] = {"sums": self.monitor.sums}
             if isinstance(self.objective, KeepsState):
                 values, named = self.objective.state()
                 tensors.update({f"objective.{k}": v for k, v in named.items()})
@@ -827,9 +842,10 @@ class Trainer:
         group = local_rows(rollout, 0)
         if not group:
             return
-        graph = self.judge.graph(prompts[0])
+        slot = next((s for s in self.judge.slots if not s.prompt_level), self.judge.slots[0])
+        graph = self.judge.graph_for(slot, prompts[0])
         try:
-            scores = self.judge.scorer.score(rollout.images[group], [graph] * len(group), heatmaps=False).scores
+            scores = slot.scorer.score(rollout.images[group], [graph] * len(group), heatmaps=False).scores
         except Exception:  # noqa: BLE001 - a picture is not worth a crash
             return
         adv = None

@@ -114,6 +114,11 @@ def train_command(
             raise click.exceptions.Exit(exit_code(signum))
         if code:
             raise click.ClickException(f"{num_processes}-process run failed (exit code {code}); see the messages above")
+        from cast_core.monitor import stopped_reason
+
+        run_dir = Path(resume_dir or out)
+        if stopped_reason(run_dir):  # rank 0 said why; the launch ends like a one-process run
+            raise click.exceptions.Exit(MONITOR_STOP_EXIT)
         return
     sets = cpu_sets(sets, recipe=recipe, policy=policy, config_file=config_file, resume_dir=resume_dir) if cpu else sets
     # until the loop starts there is nothing to checkpoint: a signal ends the command at once,
@@ -257,7 +262,8 @@ def _train(
         )
     if trainer.stopped_by_monitor:  # a planned stop, but not a finished run: a pipeline must not go on as if
         click.echo(f"stopped by the monitor at step {trainer.step}: {trainer.stopped_by_monitor}", err=True)
-        raise click.exceptions.Exit(MONITOR_STOP_EXIT)
+        if not in_distributed_launch():  # under --num-processes the parent exits 3 (torchrun would say "failed")
+            raise click.exceptions.Exit(MONITOR_STOP_EXIT)
 
 
 def _argv_without_num_processes(ctx: click.Context) -> list[str]:
