@@ -175,8 +175,6 @@ def _derive(row: dict, sampling_s: float, judge_s: float, k: int) -> None:
     time the overlap hid."""
     sync_s, async_s = row["sync_step_s"]["median"], row["async_step_s"]["median"]
     rest = max(0.0, sync_s - sampling_s - judge_s)
-    row.pop("update_s", None)
-    row.pop("bound_with_update", None)
     row["rest_s"] = rest
     row["bound"] = (sampling_s + judge_s + rest) / (sampling_s + judge_s / k + rest)
     row["judge_hidden_fraction"] = (sync_s - async_s) / judge_s

@@ -13,6 +13,7 @@ from cast_core.monitor import image_statistics
 from cast_core.monitor_rules import first_broken, parse_rules
 from cast_core.run_dir import read_metrics
 from cast_core.trainer import Trainer
+from test_trainer import fake_config
 
 
 def _stream(oracle, reward):
@@ -66,6 +67,12 @@ def test_each_condition(condition, value, stops):
     assert (first_broken(parse_rules([{"metric": "kl", condition: value}]), rows) is not None) == stops
 
 
+def test_a_scorer_added_at_a_resume_measures_from_its_first_evaluation():
+    rows = [{"step": 0, "monitor/kl": 0.0}, {"step": 10, "monitor/pick": 0.30}, {"step": 20, "monitor/pick": 0.15}]
+    reason = first_broken(parse_rules([{"metric": "pick", "drop": 0.1}]), rows)
+    assert reason == "monitor/pick fell from 0.3 to 0.15 (limit 0.1)"
+
+
 def test_the_base_evaluation_alone_never_stops():
     rules = parse_rules([{"metric": "kl", "above": -1.0}])
     assert first_broken(rules, [{"step": 0, "monitor/kl": 0.0}]) is None
@@ -109,30 +116,11 @@ HELD_OUT = ["a purple star", "three yellow moons", "one orange cube"]
 
 
 def _cfg(**overrides) -> TrainConfig:
-    cfg = TrainConfig(
-        policy="fake",
-        scorer="left-brightness",
-        decomposer="fake",
-        prompts=list(TRAIN),
-        group_size=4,
-        prompts_per_step=2,
-        num_steps=4,
-        window_start=1,
-        window_size=2,
-        lr=0.05,
-        clip_range=0.2,
-        steps=6,
-        sample_every=0,
-        checkpoint_every=2,
-        monitor_every=2,
-        monitor_prompts=list(HELD_OUT),
-        monitor_size=2,
-        monitor_group_size=2,
-        monitor_scorers=[{"name": "brightness"}],
-    )
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    return cfg
+    """test_trainer's fake run, small, watched by a monitor on held-out prompts."""
+    small = dict(prompts=list(TRAIN), group_size=4, num_steps=4, window_start=1, window_size=2, steps=6,
+                 sample_every=0, checkpoint_every=2, monitor_every=2, monitor_prompts=list(HELD_OUT), monitor_size=2,
+                 monitor_group_size=2, monitor_scorers=[{"name": "brightness"}])  # fmt: skip
+    return fake_config(**{**small, **overrides})
 
 
 def test_the_monitor_records_every_evaluation_and_leaves_training_alone(tmp_path):

@@ -19,6 +19,7 @@ from cast_core.scorer_set import ScorerSlot, scorer_specs
 from cast_core.testing.fakes import FakeDecomposer, LeftBrightnessScorer, MeanBrightnessScorer
 from cast_core.trainer import Trainer
 from cast_core.types import Rollout
+from test_trainer import fake_config
 
 G, GRID = 4, (2, 2)
 
@@ -188,25 +189,10 @@ def test_the_short_form_and_the_list_do_not_mix():
 
 
 def _fake(**overrides) -> TrainConfig:
-    cfg = TrainConfig(
-        policy="fake",
-        scorer="left-brightness",
-        decomposer="fake",
-        prompts=["a red circle", "two blue squares", "a green triangle"],
-        group_size=4,
-        prompts_per_step=2,
-        num_steps=4,
-        window_start=0,
-        window_size=2,
-        lr=0.05,
-        clip_range=0.2,
-        steps=3,
-        sample_every=0,
-        checkpoint_every=1,
-    )
-    for k, v in overrides.items():
-        setattr(cfg, k, v)
-    return cfg
+    """test_trainer's fake run, smaller: 3 steps of 2 prompts x 4 images, a checkpoint each step."""
+    small = dict(prompts=["a red circle", "two blue squares", "a green triangle"], group_size=4, num_steps=4,
+                 window_size=2, steps=3, sample_every=0, checkpoint_every=1)  # fmt: skip
+    return fake_config(**{**small, **overrides})
 
 
 def test_one_listed_scorer_of_weight_one_trains_as_the_short_form(tmp_path):

@@ -276,13 +276,10 @@ class TrainConfig:
                     f"config key 'prompts': item {bad[0]} is {bad[1]!r} ({type(bad[1]).__name__}); prompts "
                     'are non-empty text, e.g. prompts = ["a red circle", "two blue squares"]'
                 )
-        if self.scorers:
-            from cast_core.scorer_set import scorer_specs
+        if self.scorers or self.monitor_scorers:  # each entry's keys, weight and label, one line naming the item
+            from cast_core.scorer_set import monitor_specs, scorer_specs
 
-            scorer_specs(self)  # each entry's keys, weight and label, in one line naming the item
-        if self.monitor_scorers:
-            from cast_core.monitor import monitor_specs
-
+            scorer_specs(self)
             monitor_specs(self)
         if self.monitor_stop_if:
             from cast_core.monitor_rules import parse_rules

@@ -100,10 +100,11 @@ def multi_reward_stats(
 
 def local_rows(rollout: Rollout, index: int) -> list[int]:
     """Rows of ``rollout`` holding members of the step's ``index``-th prompt group."""
-    return _rows_of(rollout.sample_ids, index)
+    return rows_of(rollout.sample_ids, index)
 
 
-def _rows_of(sample_ids: Sequence[tuple[int, int]], index: int) -> list[int]:
+def rows_of(sample_ids: Sequence[tuple[int, int]], index: int) -> list[int]:
+    """Positions in ``sample_ids`` of the members of prompt group ``index``."""
     return [i for i, (p, _) in enumerate(sample_ids) if p == index]
 
 
@@ -287,7 +288,7 @@ class Judge:
             own = parts.setdefault(slot.label, {})
             maps = final_maps and not slot.prompt_level
             for p in groups:
-                rows = _rows_of(sample_ids, p)
+                rows = rows_of(sample_ids, p)
                 scores, heat, err = self._score(slot, prompts[p], images[rows], self.graph_for(slot, prompts[p]), maps)
                 own[p] = ([sample_ids[r][1] for r in rows], scores, heat, err)
         return parts

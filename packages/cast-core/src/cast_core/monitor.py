@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +36,14 @@ import torch
 
 from cast_core.advantages import geometric_mean
 from cast_core.config import ConfigError
-from cast_core.judging import _rows_of
+from cast_core.judging import rows_of
 from cast_core.loss import kl_penalty
 from cast_core.monitor_rules import first_broken, parse_rules
 from cast_core.projectors import ScalarProjector
 from cast_core.protocols import PerStepWindow
 from cast_core.prompts import resolve_prompts
-from cast_core.sampling import concat_rollouts, sample
-from cast_core.scorer_set import ScorerSpec, build_scorers, scorer_specs
+from cast_core.sampling import sample_in_chunks
+from cast_core.scorer_set import build_scorers, monitor_specs
 from cast_core.sde import sde_step
 from cast_core.seeding import generator_for, seed_for
 from cast_core.types import Window
@@ -105,10 +104,10 @@ class Monitor:
             group_size=cfg.monitor_group_size,
             log=trainer.log,
         )
+        self.judge.share_graphs(self.prompts)  # decomposed once, on rank 0 (an LLM must not answer ranks apart)
         self.path = Path(trainer.run_dir) / MONITOR_FILE
         self.rows: list[dict] = []
         self.sums: dict[str, list[float]] = {}
-        self.graphs_shared = False
 
     # -- history ---------------------------------------------------------------------------------
     def restore(self, step: int, sums: dict | None = None) -> None:
@@ -169,32 +168,21 @@ class Monitor:
         gens = [generator_for(cfg.seed, 0, "monitor", p, g) for p, g in ids]
         window = self._kl_window(step)
         cond = trainer.prompt_cache.batch(batch)
-        chunk = cfg.sample_batch_size or len(batch)
-        from cast_core.conditioning import select_rows
-
-        parts = []
         with trainer.autocast():
-            for i in range(0, len(batch), chunk):
-                rows = list(range(i, min(i + chunk, len(batch))))
-                parts.append(
-                    sample(
-                        trainer.policy,
-                        batch[i : i + chunk],
-                        num_steps=cfg.num_steps,
-                        image_size=trainer.image_size,
-                        window=window,
-                        eta=0.0,  # the plain ODE: what the policy draws, not its exploration
-                        generator=gens[i : i + chunk],
-                        conditioning=select_rows(cond, rows),
-                        decode_batch_size=cfg.decode_batch_size,
-                    )
-                )
-        rollout = concat_rollouts(parts)
+            rollout = sample_in_chunks(
+                trainer.policy,
+                batch,
+                chunk=cfg.sample_batch_size,
+                generators=gens,
+                conditioning=cond,
+                num_steps=cfg.num_steps,
+                image_size=trainer.image_size,
+                window=window,
+                eta=0.0,  # the plain ODE: what the policy draws, not its exploration
+                decode_batch_size=cfg.decode_batch_size,
+            )
         row: dict[str, Any] = {"step": step}
         self.judge.step = step
-        if not self.graphs_shared:  # decomposed once, on rank 0 (an LLM must not answer ranks differently)
-            self.judge.share_graphs(self.prompts)
-            self.graphs_shared = True
         scored = self.judge.score_local(self.prompts, rollout.images, ids)
         for slot in self.judge.slots:
             gms = []
@@ -205,7 +193,7 @@ class Monitor:
                     trainer.log(f"monitor at step {step}: {error}")
             row[f"monitor/{slot.label}"] = sum(gms) / len(gms) if gms else math.nan
         row["monitor/kl"] = self._kl(rollout, cond, window)
-        row.update(image_statistics(rollout.images, [_rows_of(ids, p) for p in range(len(self.prompts))]))
+        row.update(image_statistics(rollout.images, [rows_of(ids, p) for p in range(len(self.prompts))]))
         for key, values in self.sums.items():
             row[f"train/{key}"] = sum(values) / len(values)
         self.sums = {}
@@ -272,14 +260,6 @@ def monitor_prompts(cfg: Any, trained: Any) -> list[str]:
     return random.Random(seed_for(cfg.seed, 0, "monitor-prompts")).sample(list(pool), min(cfg.monitor_size, len(pool)))
 
 
-def monitor_specs(cfg: Any) -> list[ScorerSpec]:
-    """``monitor_scorers`` read as ``scorers`` entries (the same checks, errors naming the key)."""
-    if not cfg.monitor_scorers:
-        return []
-    listed = _Listed(cfg.monitor_scorers)
-    return [replace(s, weight=1.0) for s in scorer_specs(listed, key="monitor_scorers")]
-
-
 def stopped_reason(run_dir: str | Path) -> str | None:
     """Why the monitor stopped the run in ``run_dir`` at its last evaluation, or None."""
     from cast_core.run_dir import read_metrics
@@ -287,10 +267,3 @@ def stopped_reason(run_dir: str | Path) -> str | None:
     path = Path(run_dir) / MONITOR_FILE
     rows = read_metrics(path) if path.exists() else []
     return rows[-1].get("stopped") if rows else None
-
-
-class _Listed:
-    """``monitor_scorers`` read as a ``scorers`` list (the same entries, the same checks)."""
-
-    def __init__(self, entries: list):
-        self.scorers, self.scorer, self.scorer_kwargs = entries, "", {}

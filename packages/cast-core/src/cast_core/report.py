@@ -22,52 +22,9 @@ CURVES = (
 )
 
 
-def _svg_line(xs: list[float], ys: list[float], title: str, width: int = 420, height: int = 180) -> str:
-    pts = [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
-    if len(pts) < 2:
-        return f"<p>{html.escape(title)}: not enough points</p>"
-    x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
-    y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
-    y1 = y1 if y1 > y0 else y0 + 1e-9
-    pad = 36
-
-    def sx(x):
-        return pad + (x - x0) / ((x1 - x0) or 1) * (width - pad - 8)
-
-    def sy(y):
-        return height - 22 - (y - y0) / (y1 - y0) * (height - 40)
-
-    raw = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-    k = max(1, len(pts) // 20)  # moving average to show the trend through the noise
-    smooth = [
-        (pts[i][0], sum(p[1] for p in pts[max(0, i - k) : i + 1]) / len(pts[max(0, i - k) : i + 1]))
-        for i in range(len(pts))
-    ]
-    trend = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in smooth)
-    return (
-        f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" style="background:#fafafa">'
-        f'<text x="{pad}" y="14" font-size="12">{html.escape(title)}</text>'
-        f'<polyline points="{raw}" fill="none" stroke="#9ab" stroke-width="1"/>'
-        f'<polyline points="{trend}" fill="none" stroke="#c33" stroke-width="2"/>'
-        f'<text x="2" y="{sy(y1) + 4:.0f}" font-size="10">{y1:.3g}</text>'
-        f'<text x="2" y="{sy(y0):.0f}" font-size="10">{y0:.3g}</text>'
-        f'<text x="{pad}" y="{height - 6}" font-size="10">step {x0:g}</text>'
-        f'<text x="{width - 70}" y="{height - 6}" font-size="10">step {x1:g}</text></svg>'
-    )
-
-
-_COLOURS = ("#c33", "#36c", "#393", "#c93", "#939", "#399", "#666")
-
-
-def _svg_lines(series: dict[str, tuple[list[float], list]], title: str, width: int = 420, height: int = 180) -> str:
-    """Several curves on one chart (``label -> (steps, values)``), one colour each, with a legend:
-    each scorer's reward, or the monitor beside the training reward."""
-    drawn = {
-        label: [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
-        for label, (xs, ys) in series.items()
-    }
-    drawn = {label: pts for label, pts in drawn.items() if pts}
-    every = [p for pts in drawn.values() for p in pts]
+def _chart(every: list[tuple[float, float]], title: str, draw, width: int = 420, height: int = 180) -> str:
+    """An SVG chart of the points ``every`` spans: title, axis labels, and what ``draw(sx, sy)``
+    returns (the curves, in the chart's coordinates)."""
     if len(every) < 2:
         return f"<p>{html.escape(title)}: not enough points</p>"
     x0, x1 = min(p[0] for p in every), max(p[0] for p in every)
@@ -81,27 +38,65 @@ def _svg_lines(series: dict[str, tuple[list[float], list]], title: str, width: i
     def sy(y):
         return height - 22 - (y - y0) / (y1 - y0) * (height - 40)
 
-    lines, legend = [], []
-    for i, (label, pts) in enumerate(drawn.items()):
-        colour = _COLOURS[i % len(_COLOURS)]
-        coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
-        if len(pts) == 1:
-            lines.append(f'<circle cx="{sx(pts[0][0]):.1f}" cy="{sy(pts[0][1]):.1f}" r="3" fill="{colour}"/>')
-        else:
-            lines.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
-        legend.append(
-            f'<text x="{width - 150}" y="{14 + 12 * i}" font-size="10" fill="{colour}">{html.escape(label)}</text>'
-        )
     return (
         f'<svg width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg" style="background:#fafafa">'
         f'<text x="{pad}" y="14" font-size="12">{html.escape(title)}</text>'
-        + "".join(lines)
-        + "".join(legend)
+        + draw(sx, sy)
         + f'<text x="2" y="{sy(y1) + 4:.0f}" font-size="10">{y1:.3g}</text>'
         f'<text x="2" y="{sy(y0):.0f}" font-size="10">{y0:.3g}</text>'
         f'<text x="{pad}" y="{height - 6}" font-size="10">step {x0:g}</text>'
         f'<text x="{width - 70}" y="{height - 6}" font-size="10">step {x1:g}</text></svg>'
     )
+
+
+def _finite(xs: list[float], ys: list) -> list[tuple[float, float]]:
+    return [(x, y) for x, y in zip(xs, ys) if y is not None and math.isfinite(y)]
+
+
+def _svg_line(xs: list[float], ys: list[float], title: str) -> str:
+    """One curve, raw and as a moving average (the trend through the noise)."""
+    pts = _finite(xs, ys)
+    k = max(1, len(pts) // 20)
+    smooth = [
+        (pts[i][0], sum(p[1] for p in pts[max(0, i - k) : i + 1]) / len(pts[max(0, i - k) : i + 1]))
+        for i in range(len(pts))
+    ]
+
+    def draw(sx, sy):
+        raw = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+        trend = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in smooth)
+        return (
+            f'<polyline points="{raw}" fill="none" stroke="#9ab" stroke-width="1"/>'
+            f'<polyline points="{trend}" fill="none" stroke="#c33" stroke-width="2"/>'
+        )
+
+    return _chart(pts, title, draw)
+
+
+_COLOURS = ("#c33", "#36c", "#393", "#c93", "#939", "#399", "#666")
+
+
+def _svg_lines(series: dict[str, tuple[list[float], list]], title: str, width: int = 420) -> str:
+    """Several curves on one chart (``label -> (steps, values)``), one colour each, with a legend:
+    each scorer's reward, or the monitor beside the training reward."""
+    drawn = {label: _finite(xs, ys) for label, (xs, ys) in series.items()}
+    drawn = {label: pts for label, pts in drawn.items() if pts}
+
+    def draw(sx, sy):
+        out = []
+        for i, (label, pts) in enumerate(drawn.items()):
+            colour = _COLOURS[i % len(_COLOURS)]
+            if len(pts) == 1:
+                out.append(f'<circle cx="{sx(pts[0][0]):.1f}" cy="{sy(pts[0][1]):.1f}" r="3" fill="{colour}"/>')
+            else:
+                coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in pts)
+                out.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+            out.append(
+                f'<text x="{width - 150}" y="{14 + 12 * i}" font-size="10" fill="{colour}">{html.escape(label)}</text>'
+            )
+        return "".join(out)
+
+    return _chart([p for pts in drawn.values() for p in pts], title, draw, width)
 
 
 def _per_scorer_charts(metrics: list[dict]) -> str:

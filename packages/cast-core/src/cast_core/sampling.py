@@ -14,7 +14,7 @@ from typing import Any, Collection, Sequence
 
 import torch
 
-from cast_core.conditioning import check_conditioning, concat_rows, num_rows
+from cast_core.conditioning import check_conditioning, concat_rows, num_rows, select_rows
 from cast_core.protocols import Policy
 from cast_core.sde import check_schedule, euler_step, reduce_per_position, sde_step, tweedie_x0
 from cast_core.types import Rollout, Window
@@ -40,6 +40,41 @@ def concat_rollouts(parts: list[Rollout]) -> Rollout:
         final_latents=cat("final_latents"),
         sample_ids=None if first.sample_ids is None else [s for r in parts for s in r.sample_ids],
     )
+
+
+def sample_in_chunks(
+    policy: Policy,
+    prompts: Sequence[str],
+    *,
+    chunk: int,
+    generators: Sequence["torch.Generator"],
+    conditioning: Any,
+    initial_noise: torch.Tensor | None = None,
+    on_chunk: Any = None,
+    **options: Any,
+) -> Rollout:
+    """:func:`sample` ``chunk`` prompts at a time (0 = all at once), each with its own generator
+    and its rows of ``conditioning`` / ``initial_noise``, as one rollout: what fits memory, with the
+    images a single call would give. ``on_chunk(parts, sampled)`` hears each chunk as it is done
+    (the trainer's ``async_scoring`` judges it then); ``options`` go to :func:`sample`."""
+    prompts = list(prompts)
+    chunk = chunk or len(prompts)
+    parts: list[Rollout] = []
+    for i in range(0, len(prompts), chunk):
+        end = min(i + chunk, len(prompts))
+        parts.append(
+            sample(
+                policy,
+                prompts[i:end],
+                generator=list(generators[i:end]),
+                conditioning=select_rows(conditioning, list(range(i, end))),
+                initial_noise=None if initial_noise is None else initial_noise[i:end],
+                **options,
+            )
+        )
+        if on_chunk is not None:
+            on_chunk(parts, end)
+    return concat_rollouts(parts)
 
 
 def decode_images(

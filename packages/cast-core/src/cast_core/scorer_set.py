@@ -23,12 +23,20 @@ before ``scorers`` existed, so one-scorer runs are unchanged bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from cast_core.errors import ConfigError
+from cast_core.config import ConfigError, _short
 
-__all__ = ["ScorerSpec", "ScorerSlot", "scorer_specs", "build_scorers", "RESERVED_KEYS"]
+__all__ = [
+    "ScorerSpec",
+    "ScorerSlot",
+    "scorer_specs",
+    "monitor_specs",
+    "listed_specs",
+    "build_scorers",
+    "RESERVED_KEYS",
+]
 
 #: the keys of a ``scorers`` entry that are cast's, not the scorer's options
 RESERVED_KEYS = ("name", "weight", "label", "prompt_level")
@@ -58,13 +66,22 @@ class ScorerSlot:
     name: str = ""
 
 
-def scorer_specs(cfg: Any, key: str = "scorers") -> list[ScorerSpec]:
-    """The run's scorers: the ``scorers`` entries, checked (one line naming the item), or the
-    short form's one scorer. ``key`` names the list in errors (``monitor_scorers`` reads the same)."""
+def scorer_specs(cfg: Any) -> list[ScorerSpec]:
+    """The run's scorers: the ``scorers`` entries, checked, or the short form's one scorer."""
     if not cfg.scorers:
         return [ScorerSpec(cfg.scorer, cfg.scorer, 1.0, dict(cfg.scorer_kwargs or {}), False)]
+    return listed_specs(cfg.scorers, "scorers")
+
+
+def monitor_specs(cfg: Any) -> list[ScorerSpec]:
+    """``monitor_scorers``: entries as in ``scorers``, recorded by the monitor, never weighted."""
+    return [replace(s, weight=1.0) for s in listed_specs(cfg.monitor_scorers, "monitor_scorers")]
+
+
+def listed_specs(entries: Sequence[Any], key: str) -> list[ScorerSpec]:
+    """The entries of config list ``key``, each checked in one line naming the item."""
     specs: list[ScorerSpec] = []
-    for i, entry in enumerate(cfg.scorers):
+    for i, entry in enumerate(entries):
         where = f"config key '{key}': item {i}"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where} is {entry!r}, not a table; {_EXAMPLE}")
@@ -105,8 +122,3 @@ def build_scorers(specs: Sequence[ScorerSpec], several: bool | None = None) -> l
         level = spec.prompt_level if spec.prompt_level is not None else bool(getattr(scorer, "prompt_level", False))
         slots.append(ScorerSlot(spec.label, scorer, spec.weight, bool(level and listed), spec.name))
     return slots
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:60] + "..."

@@ -35,7 +35,7 @@ import torch
 
 from cast_core import trackers
 from cast_core.checkpoints import load_checkpoint, save_checkpoint, verified_checkpoints
-from cast_core.conditioning import PromptCache, select_rows
+from cast_core.conditioning import PromptCache
 from cast_core.config import ConfigError, TrainConfig
 from cast_core.distributed import Distributed
 from cast_core.errors import CastError, Interrupted
@@ -70,7 +70,7 @@ from cast_core.registry import (
 from cast_core.resume import finished_work, no_checkpoint_left
 from cast_core.run_dir import RunDirectory, jsonable, jsonable_tree
 from cast_core.scorer_set import build_scorers, scorer_specs
-from cast_core.sampling import concat_rollouts, decode_images, sample
+from cast_core.sampling import decode_images, sample_in_chunks
 from cast_core.seeding import generator_for, sample_generators, seed_for
 from cast_core.memory_plan import refuse_if_unfit
 from cast_core.sharding import is_sharded, like
@@ -136,7 +136,8 @@ class Trainer:
             if name:  # before anything heavy is built (an empty window name means no selector)
                 check_factory_kwargs(kind, name, kwargs, key)
         if cfg.monitor_every:  # held-out prompts and extra scorers: refused before anything is loaded
-            from cast_core.monitor import monitor_prompts, monitor_specs
+            from cast_core.monitor import monitor_prompts
+            from cast_core.scorer_set import monitor_specs
 
             monitor_prompts(cfg, resolve_prompts(cfg.prompts))
             for spec in monitor_specs(cfg):
@@ -687,30 +688,24 @@ class Trainer:
                 ]
             )
         cond = self.prompt_cache.batch(batch)
-        chunk = cfg.sample_batch_size or len(batch)
         own = isinstance(self.objective, SamplesWithOwnPolicy) and hasattr(self, "params")
         with self.autocast(), self.objective.sampling(self.params) if own else contextlib.nullcontext():
-            parts: list[Rollout] = []
-            for i in range(0, len(batch), chunk):
-                parts.append(
-                    sample(
-                        self.policy,
-                        batch[i : i + chunk],
-                        num_steps=cfg.num_steps,
-                        image_size=self.image_size,
-                        window=window,
-                        eta=cfg.eta,
-                        generator=gens[i : i + chunk],
-                        keep_x0=keep,
-                        noise_block=cfg.noise_block,
-                        conditioning=select_rows(cond, list(range(i, min(i + chunk, len(batch))))),
-                        initial_noise=None if noise is None else noise[i : i + chunk],
-                        decode_batch_size=cfg.decode_batch_size,
-                    )
-                )
-                if on_chunk is not None:
-                    on_chunk(parts, min(i + chunk, len(batch)))
-        rollout = concat_rollouts(parts)
+            rollout = sample_in_chunks(
+                self.policy,
+                batch,
+                chunk=cfg.sample_batch_size,
+                generators=gens,
+                conditioning=cond,
+                initial_noise=noise,
+                on_chunk=on_chunk,
+                num_steps=cfg.num_steps,
+                image_size=self.image_size,
+                window=window,
+                eta=cfg.eta,
+                keep_x0=keep,
+                noise_block=cfg.noise_block,
+                decode_batch_size=cfg.decode_batch_size,
+            )
         rollout.sample_ids = list(ids)
         return rollout
 
